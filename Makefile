@@ -1,0 +1,52 @@
+# The two commands: `make book` builds the website, `make test` checks everything CI checks.
+SHELL := /bin/bash
+.DEFAULT_GOAL := book
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NB     := $(sort $(wildcard book/*.ipynb))
+NBVAL  := $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=600 \
+          --sanitize-with nbval_sanitize.cfg -p no:cacheprovider
+
+.PHONY: book test venv lint unit nbval site execute colab-cells clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## make book: build the website into _build/html from the outputs stored in the notebooks
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build .
+	@echo "Open $(CURDIR)/_build/html/index.html"
+
+## make test: lint, unit tests, nbval over every chapter, strict site build (stops at the first failure)
+test: lint unit nbval site
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/
+
+nbval: $(STAMP)
+	$(NBVAL) $(NB)
+
+site: $(STAMP)
+	rm -rf _build/html _build/.doctrees
+	$(VENV)/bin/jupyter-book build -W -n --keep-going .
+
+## make execute: re-run every chapter in place, storing outputs and widget state
+execute: $(STAMP)
+	$(PY) tools/execute.py $(if $(NOTEBOOKS),$(NOTEBOOKS),$(NB))
+
+## make colab-cells: rewrite each chapter's first cell from the repository URL in _config.yml
+colab-cells: $(STAMP)
+	$(PY) tools/colab_cells.py $(NB)
+
+clean:
+	rm -rf _build
