@@ -9,7 +9,7 @@ NB     := $(sort $(wildcard book/*.ipynb))
 NBVAL  := $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=600 \
           --sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: book test venv lint unit nbval site execute colab-cells clean
+.PHONY: book test venv assets lint unit nbval site execute colab-cells clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -19,8 +19,15 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# the website's JavaScript, pinned in package-lock.json and served from _static/vendor
+node_modules/.package-lock.json: package-lock.json
+	npm ci --no-audit --no-fund
+
+assets: node_modules/.package-lock.json $(STAMP)
+	$(PY) tools/site_assets.py
+
 ## make book: build the website into _build/html from the outputs stored in the notebooks
-book: $(STAMP)
+book: $(STAMP) assets
 	$(VENV)/bin/jupyter-book build .
 	@echo "Open $(CURDIR)/_build/html/index.html"
 
@@ -36,7 +43,7 @@ unit: $(STAMP)
 nbval: $(STAMP)
 	$(NBVAL) $(NB)
 
-site: $(STAMP)
+site: $(STAMP) assets
 	rm -rf _build/html _build/.doctrees
 	$(VENV)/bin/jupyter-book build -W -n --keep-going .
 
