@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NB     := $(sort $(wildcard book/*.ipynb))
 NBVAL  := $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=600 \
-          --sanitize-with nbval_sanitize.cfg -p no:cacheprovider
+          --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
 .PHONY: book test venv assets lint unit nbval site execute colab-cells clean
 

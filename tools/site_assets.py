@@ -1,4 +1,4 @@
-"""Copy the JavaScript the website needs from node_modules (pinned in package-lock.json) into _static/vendor.
+"""Copy the JavaScript the website needs from node_modules (pinned in package-lock.json) into _site_assets/vendor (served as _static/vendor).
 
 Run by `make book` and `make test` before the site build, so no page loads anything from a CDN.
 """
@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = ROOT / "node_modules"
-VENDOR = ROOT / "_static" / "vendor"
+VENDOR = ROOT / "_site_assets" / "vendor"  # html_static_path: served as _static/vendor
+EXTRA = ROOT / "_site_extra"  # html_extra_path: copied to the site's root as it is
 
 # destination folder (relative to _static/vendor) -> glob patterns (relative to node_modules)
 ASSETS = {
@@ -25,10 +26,12 @@ ASSETS = {
     "mathjax/output/chtml/fonts/woff-v2": ["mathjax/es5/output/chtml/fonts/woff-v2/*.woff"],
     "mathjax/input/tex/extensions": ["mathjax/es5/input/tex/extensions/*.js"],
     # the ipywidgets HTML manager (RequireJS flavour) and the icon fonts its CSS points at
-    "html-manager": [
-        "@jupyter-widgets/html-manager/dist/embed-amd.js",
+    "html-manager": ["@jupyter-widgets/html-manager/dist/embed-amd.js"],
+    # it asks for its icon fonts relative to the page (every page lives in book/): html_extra_path
+    "../../_site_extra/book/@jupyter-widgets/html-manager/dist": [
         "@jupyter-widgets/html-manager/dist/*.woff2",
         "@jupyter-widgets/html-manager/dist/*.woff",
+        "@jupyter-widgets/html-manager/dist/*.ttf",
     ],
 }
 
@@ -36,8 +39,9 @@ ASSETS = {
 def main() -> None:
     if not NODE.is_dir():
         raise SystemExit("node_modules is missing: run `npm ci` first (make does this)")
-    if VENDOR.exists():
-        shutil.rmtree(VENDOR)
+    for folder in (VENDOR, EXTRA):
+        if folder.exists():
+            shutil.rmtree(folder)
     VENDOR.mkdir(parents=True)
     for dest, patterns in ASSETS.items():
         folder = VENDOR / dest
@@ -48,8 +52,9 @@ def main() -> None:
                 raise SystemExit(f"site assets: nothing in node_modules matches {pattern}; run `npm ci`")
             for src in matches:
                 shutil.copy2(src, folder / src.name)
-    size = sum(p.stat().st_size for p in VENDOR.rglob("*") if p.is_file())
-    print(f"site assets: {len(list(VENDOR.rglob('*')))} files, {size / 1e6:.1f} MB in {VENDOR.relative_to(ROOT)}")
+    files = [p for folder in (VENDOR, EXTRA) for p in folder.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    print(f"site assets: {len(files)} files, {size / 1e6:.1f} MB in _site_assets/ and _site_extra/")
 
 
 if __name__ == "__main__":

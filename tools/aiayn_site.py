@@ -1,0 +1,47 @@
+"""Sphinx extension for the book's website (registered in _config.yml under local_extensions).
+
+- Loads the site's own Vega, Vega-Lite and vega-embed on every page, with a priority below the
+  default (500) so they come before RequireJS (which myst-nb adds on pages with ipywidgets):
+  loaded after RequireJS, Vega's UMD bundles would register as anonymous AMD modules instead of
+  the globals the charts call.
+- Gives the ipywidgets HTML manager, written for MathJax 2, the one MathJax 2 call it makes
+  (``MathJax.Hub.Queue``), answered by MathJax 3's ``typesetPromise``.
+- Keeps inline scripts from appearing twice on a page (a second ``const THEBE_JS_URL`` of
+  sphinx-thebe is a page error).
+"""
+
+from __future__ import annotations
+
+VEGA_SCRIPTS = ["vendor/vega.min.js", "vendor/vega-lite.min.js", "vendor/vega-embed.min.js"]
+
+MATHJAX2_SHIM = """\
+if (window.MathJax && !window.MathJax.Hub) {
+  window.MathJax.Hub = {
+    Queue: function (job) {
+      var el = Array.isArray(job) ? job[2] : undefined;
+      if (window.MathJax.typesetPromise) { window.MathJax.typesetPromise(el ? [el] : undefined).catch(function () {}); }
+    }
+  };
+}"""
+
+
+def _drop_duplicate_scripts(app, env):
+    """Name inline scripts ``""`` rather than ``None``, so Sphinx sees them when it re-adds them.
+
+    Sphinx 7.4 registers an inline script (``add_js_file(None, body=...)``) under the name
+    ``None`` and re-adds it before writing under the name ``""``; the two do not compare equal,
+    so every inline script of an extension would appear twice on each page.
+    """
+    scripts = getattr(app.builder, "_js_files", None)
+    for script in scripts or []:
+        if script.filename is None:
+            object.__setattr__(script, "filename", "")
+
+
+def setup(app):
+    for script in VEGA_SCRIPTS:
+        app.add_js_file(script, priority=200)
+    # deferred like MathJax itself, and later in the page, so it runs after MathJax has loaded
+    app.add_js_file(None, body=MATHJAX2_SHIM, priority=900, type="module")
+    app.connect("env-updated", _drop_duplicate_scripts)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
