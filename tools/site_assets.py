@@ -1,4 +1,6 @@
-"""Copy the JavaScript the website needs from node_modules (pinned in package-lock.json) into _site_assets/vendor (served as _static/vendor).
+"""Copy the JavaScript the website needs from node_modules (pinned in package-lock.json) into the site.
+
+Files land in _site_assets/vendor (served as _static/vendor) and _site_extra (copied to the site root).
 
 Run by `make book` and `make test` before the site build, so no page loads anything from a CDN.
 """

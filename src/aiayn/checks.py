@@ -29,7 +29,7 @@ def check_shape(tensor: torch.Tensor, expected: Sequence[int | None], name: str 
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     actual = tuple(tensor.shape)
     expected = tuple(expected)
-    ok = len(actual) == len(expected) and all(e is None or a == e for a, e in zip(actual, expected))
+    ok = len(actual) == len(expected) and all(e is None or a == e for a, e in zip(actual, expected, strict=True))
     if not ok:
         raise ValueError(f"{name}: expected shape {_fmt(expected)}, got {_fmt(actual)}")
     return tensor

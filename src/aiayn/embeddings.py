@@ -42,9 +42,8 @@ class Embeddings(nn.Module):
         """Look up ``(B, L)`` ids and return ``(B, L, d_model)`` vectors times sqrt(d_model)."""
         check_token_dtype(tokens)
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(
-                f"token ids must be in [0, {self.vocab_size}), got values from {int(tokens.min())} to {int(tokens.max())}"
-            )
+            low, high = int(tokens.min()), int(tokens.max())
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got values from {low} to {high}")
         return self.lut(tokens) * math.sqrt(self.d_model)
 
 
@@ -118,6 +117,8 @@ class LearnedPositionalEmbedding(nn.Module):
         if x.dim() != 3 or x.size(-1) != self.table.embedding_dim:
             raise ValueError(f"expected input of shape (B, L, {self.table.embedding_dim}), got {tuple(x.shape)}")
         if x.size(1) > self.max_len:
-            raise ValueError(f"sequence of length {x.size(1)} is longer than max_len={self.max_len} of the learned table")
+            raise ValueError(
+                f"sequence of length {x.size(1)} is longer than max_len={self.max_len} of the learned table"
+            )
         positions = torch.arange(x.size(1), device=x.device)
         return x + self.table(positions)
