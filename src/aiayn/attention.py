@@ -1,0 +1,252 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al. 2017, section 3.2).
+
+    B  batch        h  heads        L_q  query length        L_k  key (and value) length
+    d_model  model width        d_k  query/key width per head        d_v  value width per head
+
+Masks are boolean and ``True`` means "this query may attend to this key" (see ``aiayn.masks``).
+
+No NaN, ever. A query whose keys are all masked (a row of a sequence that is entirely padding)
+would give ``softmax([-inf, ..., -inf]) = 0 / 0 = NaN``. Here masked scores are filled with the
+most negative *finite* number of the dtype, ``torch.finfo(dtype).min``, and the weights of a fully
+masked row are then set to zero, so that row's output is a zero vector and its gradients are zero.
+The fused path (``torch.nn.functional.scaled_dot_product_attention``) is made to agree: fully
+masked rows are un-masked before the kernel runs (so it cannot produce NaN) and their outputs are
+zeroed afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .checks import check_positive
+
+__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "set_fused"]
+
+
+def _check_bool_mask(mask: torch.Tensor, name: str = "mask") -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name}: expected a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name}: expected dtype torch.bool (True = may attend), got {mask.dtype}")
+
+
+def _fully_masked_rows(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
+    """Check that ``mask`` broadcasts to the scores and return which query rows have no key left.
+
+    Args:
+        mask: boolean, broadcastable to ``scores_shape`` = ``(..., L_q, L_k)``.
+
+    Returns:
+        ``(..., L_q or 1, 1)`` boolean, ``True`` for a query that may attend to nothing.
+    """
+    _check_bool_mask(mask)
+    try:
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} cannot broadcast to scores {tuple(scores_shape)}")
+    return ~mask.any(dim=-1, keepdim=True)  # (..., L_q or 1, 1)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout: nn.Dropout | None = None,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q Kᵀ / sqrt(d_k)) V over the last two dimensions (equation 1 of the paper).
+
+    Leading dimensions (batch, heads) broadcast. Masked scores are filled with
+    ``torch.finfo(dtype).min``, and a query whose keys are all masked gets all-zero weights,
+    hence a zero output and finite gradients (see the module docstring).
+
+    Args:
+        query: ``(..., L_q, d_k)``.
+        key: ``(..., L_k, d_k)``.
+        value: ``(..., L_k, d_v)``.
+        mask: optional boolean, ``True`` = may attend, broadcastable to the scores ``(..., L_q, L_k)``.
+        dropout: optional ``nn.Dropout`` applied to the attention weights.
+        temperature: divides the scaled scores; 1.0 is the paper. A teaching knob, not in the paper:
+            above 1 flattens the weights, below 1 sharpens them.
+
+    Returns:
+        ``output`` ``(..., L_q, d_v)`` and ``weights`` ``(..., L_q, L_k)`` (after dropout).
+    """
+    if query.size(-1) != key.size(-1):
+        raise ValueError(f"query and key must share d_k, got query {tuple(query.shape)} and key {tuple(key.shape)}")
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same length, got key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature!r}")
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / (math.sqrt(d_k) * temperature)  # (..., L_q, L_k)
+    if mask is not None:
+        empty = _fully_masked_rows(mask, tuple(scores.shape))  # (..., L_q or 1, 1)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (..., L_q, L_k)
+    if mask is not None:
+        weights = weights.masked_fill(empty, 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
+
+
+def _fused_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    temperature: float,
+) -> torch.Tensor:
+    """The same computation through PyTorch's fused kernel; fully masked rows give zeros, as above."""
+    scale = 1.0 / (math.sqrt(query.size(-1)) * temperature)
+    if mask is None:
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
+    scores_shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.size(-2), key.size(-2))
+    empty = _fully_masked_rows(mask, scores_shape)  # (..., L_q or 1, 1)
+    output = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=scale
+    )  # (..., L_q, d_v)
+    return output.masked_fill(empty, 0.0)
+
+
+class MultiHeadAttention(nn.Module):
+    """h attention heads in parallel, each on its own learned projection, then concatenated (section 3.2.2).
+
+    ``forward`` returns only the output; the last attention weights are kept, detached, on
+    ``self.attn`` ``(B, h, L_q, L_k)`` for plots (``None`` after a fused forward, since the fused
+    kernel does not return them).
+
+    Args:
+        d_model: model width.
+        h: number of heads.
+        dropout: dropout on the attention weights, as in the reference code (not the paper's P_drop).
+        bias: whether the four projections have biases.
+        fused: use ``torch.nn.functional.scaled_dot_product_attention`` (faster, no weights kept).
+        temperature: divides the scaled scores; 1.0 is the paper. A teaching knob, not in the paper.
+        d_k: query/key width per head; default ``d_model // h`` as in the paper (Table 3 row B changes it).
+        d_v: value width per head; default ``d_model // h``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        h: int,
+        dropout: float = 0.1,
+        bias: bool = True,
+        fused: bool = False,
+        temperature: float = 1.0,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ):
+        super().__init__()
+        check_positive(d_model=d_model, h=h)
+        if (d_k is None or d_v is None) and d_model % h != 0:
+            raise ValueError(f"d_model must be divisible by h to give d_k = d_model / h, got d_model={d_model}, h={h}")
+        self.d_model, self.h = d_model, h
+        self.d_k = d_model // h if d_k is None else d_k
+        self.d_v = d_model // h if d_v is None else d_v
+        check_positive(d_k=self.d_k, d_v=self.d_v)
+        self.w_q = nn.Linear(d_model, h * self.d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, h * self.d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, h * self.d_v, bias=bias)
+        self.w_o = nn.Linear(h * self.d_v, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.use_fused = fused
+        self.temperature = temperature
+        self.attn: torch.Tensor | None = None
+
+    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != 3 or x.size(-1) != self.d_model:
+                raise ValueError(f"{name}: expected shape (B, L, {self.d_model}), got {tuple(x.shape)}")
+        if not query.size(0) == key.size(0) == value.size(0):
+            raise ValueError(
+                f"query, key and value must share the batch size, got {query.size(0)}, {key.size(0)}, {value.size(0)}"
+            )
+        if key.size(1) != value.size(1):
+            raise ValueError(f"key and value must have the same length, got {key.size(1)} and {value.size(1)}")
+
+    @staticmethod
+    def _mask_for_heads(mask: torch.Tensor) -> torch.Tensor:
+        """Give a 2-D ``(L_q, L_k)`` or 3-D ``(B, L_q, L_k)`` mask a heads axis; 4-D masks pass through."""
+        _check_bool_mask(mask)
+        if mask.dim() == 2:
+            return mask[None, None]  # (1, 1, L_q, L_k)
+        if mask.dim() == 3:
+            return mask[:, None]  # (B, 1, L_q, L_k)
+        if mask.dim() == 4:
+            return mask  # (B, 1 or h, L_q, L_k)
+        raise ValueError(f"mask must have 2, 3 or 4 dimensions, got shape {tuple(mask.shape)}")
+
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Attend from ``query`` to ``key``/``value``.
+
+        Args:
+            query: ``(B, L_q, d_model)``.
+            key: ``(B, L_k, d_model)``.
+            value: ``(B, L_k, d_model)``.
+            mask: optional boolean, ``True`` = may attend: ``(L_q, L_k)``, ``(B, L_q, L_k)`` or
+                4-D such as ``(B, 1, 1, L_k)`` (padding) and ``(B, 1, L_q, L_k)`` (decoder).
+
+        Returns:
+            ``(B, L_q, d_model)``.
+        """
+        self._check_inputs(query, key, value)
+        if mask is not None:
+            mask = self._mask_for_heads(mask)
+        B, L_q, L_k = query.size(0), query.size(1), key.size(1)
+        q = self.w_q(query).view(B, L_q, self.h, self.d_k).transpose(1, 2)  # (B, h, L_q, d_k)
+        k = self.w_k(key).view(B, L_k, self.h, self.d_k).transpose(1, 2)  # (B, h, L_k, d_k)
+        v = self.w_v(value).view(B, L_k, self.h, self.d_v).transpose(1, 2)  # (B, h, L_k, d_v)
+        if self.use_fused:
+            dropout_p = self.dropout.p if self.training else 0.0
+            heads = _fused_attention(q, k, v, mask, dropout_p, self.temperature)  # (B, h, L_q, d_v)
+            self.attn = None
+        else:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, self.temperature)
+            self.attn = weights.detach()  # (B, h, L_q, L_k)
+        concat = heads.transpose(1, 2).contiguous().view(B, L_q, self.h * self.d_v)  # (B, L_q, h * d_v)
+        return self.w_o(concat)  # (B, L_q, d_model)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}, d_v={self.d_v}, fused={self.use_fused}"
+
+
+class set_fused:  # lower case like torch.set_grad_enabled, which it imitates
+    """Switch every ``MultiHeadAttention`` in ``model`` to the fused (or explicit) path.
+
+    Takes effect at once; used as a context manager, it restores each module's previous setting on exit::
+
+        set_fused(model, True)            # from now on
+        with set_fused(model, False):     # only inside the block, e.g. to collect attention maps
+            model(src, tgt)
+
+    Args:
+        model: any module; its ``MultiHeadAttention`` submodules are switched.
+        enabled: ``True`` for the fused kernel, ``False`` for the explicit path that keeps weights.
+    """
+
+    def __init__(self, model: nn.Module, enabled: bool = True):
+        self.previous = [(m, m.use_fused) for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        for m, _ in self.previous:
+            m.use_fused = bool(enabled)
+
+    def __enter__(self) -> set_fused:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for m, was in self.previous:
+            m.use_fused = was

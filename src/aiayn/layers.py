@@ -1,0 +1,281 @@
+"""The encoder and decoder stacks: feed-forward, layer norm, residual sublayers (sections 3.1 and 3.3).
+
+    B  batch        S  source length        T  target length
+    d_model  model width        d_ff  inner width of the feed-forward        h  heads        N  layers
+
+Post-norm is the paper: each sublayer's output is ``LayerNorm(x + Dropout(Sublayer(x)))``.
+Pre-norm (``norm_first=True``) is the variant most later code uses, as does the Annotated
+Transformer without saying so: ``x + Dropout(Sublayer(LayerNorm(x)))``.
+
+The final LayerNorm. In pre-norm mode the residual stream is never normalised inside the stack,
+so ``Encoder`` and ``Decoder`` end with one LayerNorm. In post-norm mode every layer already ends
+with a LayerNorm, so a final one is left out (``self.norm`` is ``nn.Identity``). Beware when
+comparing with ``nn.Transformer``: it adds a final norm to both stacks even when ``norm_first=False``.
+``nn.TransformerEncoder`` and ``nn.TransformerDecoder`` add one only when given ``norm=``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .checks import check_positive
+
+__all__ = [
+    "PositionwiseFeedForward",
+    "LayerNorm",
+    "SublayerConnection",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+]
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alone (equation 2).
+
+    Args:
+        d_model: input and output width.
+        d_ff: inner width (2048 in the base model).
+        dropout: dropout after the ReLU, as in the reference code.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
+        super().__init__()
+        check_positive(d_model=d_model, d_ff=d_ff)
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
+        return self.w_2(self.dropout(self.w_1(x).relu()))  # (B, L, d_ff) inside
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation from the formula: (x - mean) / sqrt(var + eps) * weight + bias over the last axis.
+
+    The variance is the biased one (divide by ``d_model``) and ``eps`` sits under the square root,
+    exactly as in ``nn.LayerNorm``.
+
+    Args:
+        d_model: width of the normalised axis.
+        eps: added to the variance.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        check_positive(d_model=d_model)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., d_model)`` -> ``(..., d_model)``."""
+        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.numel()}, eps={self.eps}"
+
+
+class SublayerConnection(nn.Module):
+    """A residual connection around one sublayer, with dropout and LayerNorm ("Add & Norm").
+
+    Args:
+        d_model: model width.
+        dropout: P_drop, applied to the sublayer's output before it is added.
+        norm_first: ``False`` (paper): ``LayerNorm(x + Dropout(sublayer(x)))``;
+            ``True``: ``x + Dropout(sublayer(LayerNorm(x)))``.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.1, norm_first: bool = False):
+        super().__init__()
+        self.norm = LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the feed-forward network, each in a ``SublayerConnection``.
+
+    Args:
+        d_model, h, d_ff: sizes as in the paper.
+        dropout: P_drop (residual, attention weights and feed-forward).
+        norm_first: pre-norm instead of the paper's post-norm.
+        d_k, d_v: per-head widths, default ``d_model // h``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        h: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, h, dropout, d_k=d_k, d_v=d_v)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList([SublayerConnection(d_model, dropout, norm_first) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the layer (or the stack) over the source.
+
+        Args:
+            x: ``(B, S, d_model)``.
+            src_mask: boolean ``(B, 1, 1, S)``, ``True`` where the key is a real token.
+
+        Returns:
+            ``(B, S, d_model)``.
+        """
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, attention over the encoder output, then the feed-forward network.
+
+    Args:
+        d_model, h, d_ff: sizes as in the paper.
+        dropout: P_drop.
+        norm_first: pre-norm instead of the paper's post-norm.
+        d_k, d_v: per-head widths, default ``d_model // h``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        h: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, h, dropout, d_k=d_k, d_v=d_v)
+        self.cross_attn = MultiHeadAttention(d_model, h, dropout, d_k=d_k, d_v=d_v)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList([SublayerConnection(d_model, dropout, norm_first) for _ in range(3)])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run one decoder layer.
+
+        Args:
+            x: ``(B, T, d_model)`` decoder states.
+            memory: ``(B, S, d_model)`` encoder output.
+            src_mask: boolean ``(B, 1, 1, S)``, which source positions are real tokens.
+            tgt_mask: boolean ``(B, 1, T, T)``, padding and look-ahead combined.
+
+        Returns:
+            ``(B, T, d_model)``.
+        """
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class Encoder(nn.Module):
+    """A stack of N encoder layers; a final LayerNorm only when ``norm_first`` (see the module docstring).
+
+    Args:
+        d_model, h, d_ff: sizes as in the paper.
+        dropout: P_drop.
+        N: number of layers.
+        norm_first: pre-norm instead of the paper's post-norm.
+        d_k, d_v: per-head widths, default ``d_model // h``.
+    """
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        h: int = 8,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        N: int = 6,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ):
+        super().__init__()
+        check_positive(N=N)
+        self.layers = nn.ModuleList(
+            [EncoderLayer(d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v) for _ in range(N)]
+        )
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the layer (or the stack) over the source.
+
+        Args:
+            x: ``(B, S, d_model)``.
+            src_mask: boolean ``(B, 1, 1, S)``, ``True`` where the key is a real token.
+
+        Returns:
+            ``(B, S, d_model)``.
+        """
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of N decoder layers; a final LayerNorm only when ``norm_first`` (see the module docstring).
+
+    Args:
+        d_model, h, d_ff: sizes as in the paper.
+        dropout: P_drop.
+        N: number of layers.
+        norm_first: pre-norm instead of the paper's post-norm.
+        d_k, d_v: per-head widths, default ``d_model // h``.
+    """
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        h: int = 8,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        N: int = 6,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ):
+        super().__init__()
+        check_positive(N=N)
+        self.layers = nn.ModuleList(
+            [DecoderLayer(d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v) for _ in range(N)]
+        )
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Args as in ``DecoderLayer.forward``. Returns ``(B, T, d_model)``."""
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
