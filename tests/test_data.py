@@ -1,0 +1,357 @@
+"""aiayn.data: checked Multi30k files, offline and download paths, the sentencepiece tokenizer, token-budget batches."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import data as D
+from aiayn.masks import shift_right
+
+SIZES = {"train": 29000, "val": 1014, "test2016": 1000}
+
+
+def _data_dir() -> Path:
+    """``$AIAYN_DATA``, else ``shared/data/multi30k`` next to the repository."""
+    if os.environ.get("AIAYN_DATA"):
+        return Path(os.environ["AIAYN_DATA"])
+    return Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    path = _data_dir()
+    missing = [name for name in D.SHA256 if not (path / name).is_file()]
+    if missing:
+        pytest.fail(
+            f"Multi30k files {missing} are missing from {path}. Set AIAYN_DATA to a folder holding them "
+            f"(download from {D.BASE_URL}<file>)."
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def train_pairs(root):
+    return D.load_multi30k("train", root, download=False)
+
+
+@pytest.fixture(scope="session")
+def tok_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tokenizers")
+
+
+@pytest.fixture(scope="session")
+def tok(train_pairs, tok_dir):
+    return D.train_tokenizer(train_pairs, cache_dir=tok_dir)
+
+
+@pytest.fixture(scope="session")
+def encoded(tok, train_pairs):
+    return D.encode_pairs(tok, train_pairs)
+
+
+def _copy(root: Path, dest: Path, *names: str) -> None:
+    for name in names:
+        shutil.copyfile(root / name, dest / name)
+
+
+def _serve_from(root: Path, log: list[str]):
+    """A fake downloader that answers each URL with the bytes of the local copy."""
+
+    def downloader(url: str) -> bytes:
+        log.append(url)
+        return (root / url.rsplit("/", 1)[-1]).read_bytes()
+
+    return downloader
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split", list(SIZES))
+def test_split_sizes(root, split):
+    pairs = D.load_multi30k(split, root, download=False)
+    assert len(pairs) == SIZES[split]
+    assert all(isinstance(s, str) and isinstance(t, str) for s, t in pairs)
+
+
+def test_lines_keep_their_text(root, train_pairs):
+    assert train_pairs[0] == (
+        "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+        "Two young, White males are outside near many bushes.",
+    )
+    raw = gzip.decompress((root / "train.de.gz").read_bytes()).decode("utf-8")
+    assert "\n".join(s for s, _ in train_pairs) + "\n" == raw  # only the newlines are gone
+
+
+def test_languages_swap(root):
+    de_en = D.load_multi30k("val", root, download=False)
+    en_de = D.load_multi30k("val", root, src_lang="en", tgt_lang="de", download=False)
+    assert en_de == [(t, s) for s, t in de_en]
+
+
+def test_bad_split(root):
+    with pytest.raises(ValueError, match=r"split must be one of \['test2016', 'train', 'val'\], got 'test'"):
+        D.load_multi30k("test", root)
+
+
+def test_bad_language(root):
+    with pytest.raises(ValueError, match=r"tgt_lang must be one of \['de', 'en'\], got 'fr'"):
+        D.load_multi30k("val", root, tgt_lang="fr")
+
+
+def test_same_language(root):
+    with pytest.raises(ValueError, match="src_lang and tgt_lang must differ, got 'de' for both"):
+        D.load_multi30k("val", root, src_lang="de", tgt_lang="de")
+
+
+def test_data_dir_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIAYN_DATA", str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert D.data_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert D.data_dir() == tmp_path / "env"
+    monkeypatch.delenv("AIAYN_DATA")
+    assert D.data_dir() == tmp_path / "xdg" / "aiayn" / "multi30k"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert D.data_dir() == tmp_path / "home" / ".cache" / "aiayn" / "multi30k"
+
+
+def test_corrupt_file_is_refused(root, tmp_path):
+    _copy(root, tmp_path, "val.de.gz", "val.en.gz")
+    assert len(D.load_multi30k("val", tmp_path, download=False)) == 1014  # its hash is now cached
+    path = tmp_path / "val.de.gz"
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    actual = hashlib.sha256(bytes(data)).hexdigest()
+    with pytest.raises(D.ChecksumError) as err:
+        D.load_multi30k("val", tmp_path, downloader=_serve_from(root, []))
+    msg = str(err.value)
+    assert str(path) in msg and actual in msg and D.SHA256["val.de.gz"] in msg
+
+
+def test_hashes_are_cached(root, tmp_path, monkeypatch):
+    _copy(root, tmp_path, "val.de.gz", "val.en.gz")
+    D.load_multi30k("val", tmp_path, download=False)
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr(D.hashlib, "sha256", lambda *a: calls.append(a) or real(*a))
+    D.load_multi30k("val", tmp_path, download=False)
+    assert calls == []
+
+
+def test_offline_error_names_files_and_folder(tmp_path):
+    def offline(url: str) -> bytes:
+        raise urllib.error.URLError("no network")
+
+    with pytest.raises(D.DatasetUnavailable) as err:
+        D.load_multi30k("test2016", tmp_path / "empty", downloader=offline)
+    msg = str(err.value)
+    for name in ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz"):
+        assert name in msg and D.BASE_URL + name in msg
+    assert str(tmp_path / "empty") in msg and "AIAYN_DATA" in msg and "no network" in msg
+
+
+def test_no_download_error(tmp_path):
+    def never(url: str) -> bytes:
+        raise AssertionError("must not download")
+
+    with pytest.raises(D.DatasetUnavailable, match=r"val\.en\.gz"):
+        D.load_multi30k("val", tmp_path, download=False, downloader=never)
+
+
+def test_download_is_verified_and_atomic(root, tmp_path, monkeypatch):
+    renames = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        src, dst = Path(src), Path(dst)
+        renames.append((src.parent, dst.name, hashlib.sha256(src.read_bytes()).hexdigest()))
+        assert not dst.exists()  # the real name appears only through the rename
+        real_replace(src, dst)
+
+    monkeypatch.setattr(D.os, "replace", spy)
+    urls: list[str] = []
+    target = tmp_path / "cache" / "multi30k"
+    pairs = D.load_multi30k("val", target, downloader=_serve_from(root, urls))
+    assert len(pairs) == 1014
+    assert urls == [D.BASE_URL + "val.de.gz", D.BASE_URL + "val.en.gz"]
+    assert renames == [(target, name, D.SHA256[name]) for name in ("val.de.gz", "val.en.gz")]
+    assert sorted(p.name for p in target.iterdir()) == ["val.de.gz", "val.en.gz"]  # no temp files left
+    urls.clear()
+    D.load_multi30k("val", target, downloader=_serve_from(root, urls))
+    assert urls == []  # present files are not fetched again
+
+
+def test_bad_download_writes_nothing(root, tmp_path):
+    expected = rf"downloaded .*val\.de\.gz has SHA-256 [0-9a-f]{{64}}, expected {D.SHA256['val.de.gz']}"
+    with pytest.raises(D.ChecksumError, match=expected):
+        D.load_multi30k("val", tmp_path, downloader=lambda url: b"<html>rate limited</html>")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_misaligned_files(tmp_path, monkeypatch):
+    for lang, text in (("de", "a\nb\nc\n"), ("en", "a\nb\n")):
+        data = gzip.compress(text.encode())
+        (tmp_path / f"val.{lang}.gz").write_bytes(data)
+        monkeypatch.setitem(D.SHA256, f"val.{lang}.gz", hashlib.sha256(data).hexdigest())
+    with pytest.raises(ValueError, match="val.de.gz has 3 lines but val.en.gz has 2"):
+        D.load_multi30k("val", tmp_path, download=False)
+
+
+# --- tokenizer ---------------------------------------------------------------------------------
+
+
+def test_special_ids(tok):
+    assert (D.PAD, D.BOS, D.EOS, D.UNK) == (0, 1, 2, 3)
+    assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
+    assert [tok.id_to_piece(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert tok.vocab_size == len(tok) == D.DEFAULT_VOCAB_SIZE == 8000
+
+
+def test_encode_decode(tok):
+    ids = tok.encode("Ein Hund läuft.", add_bos=True, add_eos=True)
+    assert ids[0] == D.BOS and ids[-1] == D.EOS and D.UNK not in ids
+    assert tok.decode([D.PAD, *ids, D.PAD]) == "Ein Hund läuft."
+    assert tok.decode(torch.tensor(ids)) == "Ein Hund läuft."
+    assert tok.pieces("Ein Hund läuft.") == ["▁Ein", "▁Hund", "▁läuft", "."]
+    assert tok.encode_batch(["Ein Hund.", "A dog."]) == [tok.encode("Ein Hund."), tok.encode("A dog.")]
+    assert tok.decode_batch(torch.tensor([tok.encode("A dog.") + [D.EOS, D.PAD]])) == ["A dog."]
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_round_trip_test2016(root, tok, lang):
+    pairs = D.load_multi30k("test2016", root, download=False)
+    sentences = [s if lang == "de" else t for s, t in pairs]
+    decoded = [tok.decode(ids) for ids in tok.encode_batch(sentences)]
+    assert decoded == sentences
+    assert not any(D.UNK in ids for ids in tok.encode_batch(sentences))
+
+
+def test_round_trip_odd_whitespace(tok):
+    text = "  Zwei  Männer\tspielen \u00a0Fußball. "
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_tokenizer_cache_hit(train_pairs, tok, tok_dir, monkeypatch):
+    mtime = tok.model_file.stat().st_mtime_ns
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached model should have been loaded")
+
+    spm = D._spm()
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
+    start = time.perf_counter()
+    again = D.train_tokenizer(train_pairs, cache_dir=tok_dir)
+    assert time.perf_counter() - start < 1.0
+    assert again.model_file == tok.model_file and tok.model_file.stat().st_mtime_ns == mtime
+    assert list(tok_dir.iterdir()) == [tok.model_file]
+
+
+def test_tokenizer_deterministic_and_keyed(train_pairs, tok, tmp_path):
+    again = D.train_tokenizer(train_pairs, cache_dir=tmp_path)
+    assert again.model_file.name == tok.model_file.name
+    assert again.model_file.read_bytes() == tok.model_file.read_bytes()
+    small = D.train_tokenizer(train_pairs[:2000], vocab_size=1000, cache_dir=tmp_path)
+    unigram = D.train_tokenizer(train_pairs[:2000], vocab_size=1000, cache_dir=tmp_path, model_type="unigram")
+    assert small.vocab_size == unigram.vocab_size == 1000
+    assert len({again.model_file, small.model_file, unigram.model_file}) == 3
+
+
+def test_tokenizer_bad_inputs(tok, train_pairs, tmp_path):
+    with pytest.raises(TypeError, match="text: expected a str, got list"):
+        tok.encode(["a"])
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 8000\), got \[8000\]"):
+        tok.decode([5, 8000])
+    with pytest.raises(ValueError, match="model_type must be 'bpe' or 'unigram', got 'wordpiece'"):
+        D.train_tokenizer(train_pairs, cache_dir=tmp_path, model_type="wordpiece")
+    with pytest.raises(ValueError, match="vocab_size must be an integer >= 8, got 0"):
+        D.train_tokenizer(train_pairs, vocab_size=0, cache_dir=tmp_path)
+
+
+# --- batching ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_tokens", [4096, 8192])
+def test_batches_cover_every_pair_within_budget(encoded, max_tokens):
+    lengths = D.pair_lengths(encoded)
+    batches = D.make_batches(encoded, max_tokens, seed=1, epoch=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(encoded)))
+    for b in batches:
+        assert len(b) * (max(lengths[i][0] for i in b) + max(lengths[i][1] for i in b)) <= max_tokens
+
+
+def test_oversized_pair_gets_its_own_batch():
+    pairs = [([5] * 3, [5] * 3), ([5] * 50, [5] * 50), ([5] * 4, [5] * 2)]
+    batches = D.make_batches(pairs, max_tokens=20, shuffle=False)
+    assert [1] in batches
+    assert sorted(i for b in batches for i in b) == [0, 1, 2]
+
+
+def test_epochs_differ_and_repeat(encoded):
+    e0 = D.make_batches(encoded, 4096, seed=0, epoch=0)
+    e1 = D.make_batches(encoded, 4096, seed=0, epoch=1)
+    assert e0 != e1 and {tuple(b) for b in e0} != {tuple(b) for b in e1}  # other order, other groups
+    assert e0 == D.make_batches(encoded, 4096, seed=0, epoch=0)
+    assert D.make_batches(encoded, 4096, shuffle=False) == D.make_batches(encoded, 4096, shuffle=False, epoch=5)
+
+
+@pytest.mark.parametrize("max_tokens", [4096, 8192])
+def test_bucketing_beats_random_batching(encoded, max_tokens):
+    lengths = D.pair_lengths(encoded)
+    bucketed = D.padding_fraction(D.make_batches(encoded, max_tokens), lengths)
+    random_ = D.padding_fraction(D.make_batches(encoded, max_tokens, sort=False), lengths)
+    assert bucketed < 0.08 and random_ > 0.4
+
+
+def test_padding_fraction_by_hand():
+    lengths = [(2, 3), (4, 1)]  # padded: 2 * (4 + 3) = 14 positions, 10 real
+    assert D.padding_fraction([[0, 1]], lengths) == pytest.approx(1 - 10 / 14)
+
+
+def test_bad_budget(encoded):
+    with pytest.raises(ValueError, match="max_tokens must be a positive integer, got 0"):
+        D.make_batches(encoded, 0)
+
+
+def test_collate():
+    src, tgt = D.collate([([5, 6, 7], [8]), ([9], [10, 11])])
+    assert src.dtype == tgt.dtype == torch.long
+    assert src.tolist() == [[5, 6, 7, D.EOS], [9, D.EOS, D.PAD, D.PAD]]  # (B, S)
+    assert tgt.tolist() == [[8, D.EOS, D.PAD], [10, 11, D.EOS]]  # (B, T)
+    assert shift_right(tgt, D.BOS).tolist() == [[D.BOS, 8, D.EOS], [D.BOS, 10, 11]]
+
+
+def test_collate_empty():
+    with pytest.raises(ValueError, match="got an empty batch"):
+        D.collate([])
+
+
+def test_sampler_with_dataloader(encoded):
+    sampler = D.TokenBucketSampler(encoded, max_tokens=4096)
+    loader = torch.utils.data.DataLoader(encoded, batch_sampler=sampler, collate_fn=D.collate)
+    first = list(sampler)
+    src, tgt = next(iter(loader))
+    assert src.size(0) == tgt.size(0) == len(first[0])
+    assert src.numel() + tgt.numel() <= 4096
+    assert len(loader) == len(D.make_batches(encoded, 4096))
+    sampler.set_epoch(1)
+    assert list(sampler) == D.make_batches(encoded, 4096, epoch=1) != first
+
+
+def test_iter_batches(encoded):
+    batches = D.make_batches(encoded[:500], 1024, epoch=2)
+    tensors = list(D.iter_batches(encoded[:500], 1024, epoch=2))
+    assert len(tensors) == len(batches)
+    src, tgt = tensors[0]
+    expected = D.collate([encoded[i] for i in batches[0]])
+    assert torch.equal(src, expected[0]) and torch.equal(tgt, expected[1])
