@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 unit: $(STAMP)
-	$(PY) -m pytest -q tests/
+	$(PY) -m pytest -q tests --ignore=tests/site
 
 nbval: $(STAMP)
 	$(NBVAL) $(NB)
