@@ -65,3 +65,1010 @@ def enable_book_renderer() -> None:
 
 
 enable_book_renderer()
+
+
+# --- Chapter 5, attention: temperature bars and attention heatmaps -------------------------------
+
+
+def softmax_temperature_chart(
+    scores,
+    keys,
+    query: str = "",
+    t_min: float = 0.1,
+    t_max: float = 5.0,
+    t_init: float = 1.0,
+    step: float = 0.05,
+) -> alt.LayerChart:
+    """Bars of softmax(scores / T) for one query, with T on a slider named "temperature".
+
+    The softmax is computed in the browser by Vega expressions, so the chart stays interactive on
+    the static website: subtract the row's largest score (a joinaggregate ``max``), take ``exp`` of
+    the difference divided by T, divide by the row's sum (a joinaggregate ``sum``). A dashed rule
+    marks the uniform weight 1/n that every bar approaches as T grows.
+
+    Args:
+        scores: ``(n,)`` scaled scores of one query against n keys (a sequence or 1-D tensor).
+        keys: the n key tokens, shown under the bars in order (repeats allowed).
+        query: the query token, used in the title.
+        t_min, t_max, t_init, step: range, start value and step of the temperature slider.
+
+    Returns:
+        A layered Altair chart (bars, value labels, uniform rule) that owns the ``temperature`` param.
+    """
+    import pandas as pd
+
+    scores = [float(s) for s in scores]
+    keys = [str(k) for k in keys]
+    if len(scores) != len(keys) or not scores:
+        raise ValueError(f"need one score per key, got {len(scores)} scores and {len(keys)} keys")
+    if not 0 < t_min <= t_init <= t_max:
+        raise ValueError(f"need 0 < t_min <= t_init <= t_max, got {t_min}, {t_init}, {t_max}")
+    data = pd.DataFrame({"position": range(len(keys)), "key": keys, "score": [round(s, 4) for s in scores]})
+    temperature = alt.param(
+        name="temperature",
+        value=t_init,
+        bind=alt.binding_range(min=t_min, max=t_max, step=step, name="temperature "),
+    )
+    labels = json.dumps(keys)
+    x = alt.X(
+        "position:O",
+        title="key (the token attended to)",
+        axis=alt.Axis(labelExpr=f"{labels}[datum.value]", labelAngle=0),
+    )
+    base = (
+        alt.Chart(data)
+        .transform_joinaggregate(top="max(score)")
+        .transform_calculate(e="exp((datum.score - datum.top) / temperature)")
+        .transform_joinaggregate(total="sum(e)")
+        .transform_calculate(weight="datum.e / datum.total")
+    )
+    y = alt.Y("weight:Q", title="attention weight softmax(score / T)", scale=alt.Scale(domain=[0, 1]))
+    bars = base.mark_bar(color="#4c78a8").encode(
+        x=x,
+        y=y,
+        tooltip=[
+            alt.Tooltip("key:N", title="key"),
+            alt.Tooltip("score:Q", title="score", format=".2f"),
+            alt.Tooltip("weight:Q", title="weight", format=".3f"),
+        ],
+    )
+    values = base.mark_text(dy=-6, fontSize=11).encode(x=x, y=y, text=alt.Text("weight:Q", format=".2f"))
+    uniform = (
+        alt.Chart(pd.DataFrame({"uniform": [1 / len(keys)]}))
+        .mark_rule(strokeDash=[4, 4], color="gray")
+        .encode(y="uniform:Q")
+    )
+    title = f'Weights of the query "{query}" as the temperature T changes' if query else "softmax(score / T)"
+    return (
+        alt.layer(uniform, bars, values)
+        .add_params(temperature)
+        .properties(title=title, width=max(240, 48 * len(keys)), height=220)
+    )
+
+
+def attention_heatmap(weights, query_tokens, key_tokens, ax=None, title: str | None = None, annotate: bool = True):
+    """Draw one ``(L_q, L_k)`` matrix of attention weights as a heatmap, queries down, keys across.
+
+    Args:
+        weights: ``(L_q, L_k)`` tensor or array with values in [0, 1].
+        query_tokens: L_q labels for the rows.
+        key_tokens: L_k labels for the columns.
+        ax: matplotlib Axes to draw on; a new figure is made when ``None``.
+        title: the Axes title.
+        annotate: write each weight in its cell (two decimals).
+
+    Returns:
+        The Axes; its image is ``ax.images[0]``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights, dtype=float)
+    if w.ndim != 2 or w.shape != (len(query_tokens), len(key_tokens)):
+        raise ValueError(
+            f"weights of shape {w.shape} do not match {len(query_tokens)} query and {len(key_tokens)} key tokens"
+        )
+    if ax is None:
+        fig = plt.figure(figsize=(0.5 * len(key_tokens) + 1.5, 0.5 * len(query_tokens) + 1.2))
+        ax = fig.add_subplot()
+        plt.close(fig)
+    ax.imshow(w, cmap="Blues", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90)
+    ax.set_yticks(range(len(query_tokens)), query_tokens)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if title:
+        ax.set_title(title, fontsize=10)
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                color = "white" if w[i, j] > 0.6 else "black"
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7, color=color)
+    return ax
+
+
+def attention_heads_figure(weights, query_tokens, key_tokens, titles=None, ncols: int = 4, annotate: bool = True):
+    """Small multiples: one attention heatmap per head, with one shared colour bar.
+
+    Args:
+        weights: ``(h, L_q, L_k)`` weights of one sequence, e.g. ``layer.attn[0]``.
+        query_tokens: L_q labels for the rows.
+        key_tokens: L_k labels for the columns.
+        titles: h panel titles; default ``"head 0"``, ``"head 1"``, ...
+        ncols: panels per row.
+        annotate: write each weight in its cell.
+
+    Returns:
+        A matplotlib Figure (closed, so that a notebook shows it once, as the cell's value).
+    """
+    import matplotlib.pyplot as plt
+
+    if weights.ndim != 3:
+        raise ValueError(f"weights: expected shape (h, L_q, L_k), got {tuple(weights.shape)}")
+    h = weights.shape[0]
+    titles = [f"head {i}" for i in range(h)] if titles is None else list(titles)
+    if len(titles) != h:
+        raise ValueError(f"got {len(titles)} titles for {h} heads")
+    ncols = min(ncols, h)
+    nrows = -(-h // ncols)
+    side = 0.42 * max(len(query_tokens), len(key_tokens)) + 1.3
+    figsize = (side * ncols + 1.0, side * nrows + 0.3)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    for i, ax in enumerate(axes.flat):
+        if i >= h:
+            ax.set_visible(False)
+            continue
+        attention_heatmap(weights[i], query_tokens, key_tokens, ax=ax, title=titles[i], annotate=annotate)
+        if i % ncols:
+            ax.set_ylabel("")
+    fig.colorbar(axes.flat[0].images[0], ax=list(axes.flat), shrink=0.8, label="attention weight")
+    plt.close(fig)
+    return fig
+
+
+def update_attention_heads(fig, weights) -> None:
+    """Redraw the heatmaps of a figure from ``attention_heads_figure`` with new weights, in place.
+
+    Faster than drawing a new figure: only the images and the numbers in the cells change.
+
+    Args:
+        fig: a figure made by ``attention_heads_figure`` for the same shape.
+        weights: ``(h, L_q, L_k)`` new weights.
+    """
+    import numpy as np
+
+    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights, dtype=float)
+    panels = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
+    if w.ndim != 3 or w.shape[0] != len(panels) or w.shape[1:] != panels[0].images[0].get_array().shape:
+        raise ValueError(f"weights of shape {w.shape} do not fit a figure of {len(panels)} panels")
+    for ax, head in zip(panels, w, strict=True):
+        ax.images[0].set_data(head)
+        if len(ax.texts) == head.size:
+            for text, value in zip(ax.texts, head.flat, strict=True):
+                text.set_text(f"{value:.2f}")
+                text.set_color("white" if value > 0.6 else "black")
+
+
+def softmax_saturation_figure(table):
+    """Two panels against d_k: how peaked softmax is, and how much gradient flows back through it.
+
+    Args:
+        table: a pandas DataFrame in long form with columns ``d_k``, ``scores`` (a label such as
+            ``"q·k"`` or ``"q·k / √d_k"``), ``largest weight`` (mean over rows of the row maximum)
+            and ``gradient norm`` (median over rows of the Frobenius norm of d softmax / d scores).
+
+    Returns:
+        A matplotlib Figure (closed).
+    """
+    import matplotlib.pyplot as plt
+
+    missing = {"d_k", "scores", "largest weight", "gradient norm"} - set(table.columns)
+    if missing:
+        raise ValueError(f"table is missing columns {sorted(missing)}")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.3))
+    for label, part in table.groupby("scores", sort=False):
+        left.plot(part["d_k"], part["largest weight"], marker="o", label=label)
+        right.plot(part["d_k"], part["gradient norm"], marker="o", label=label)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("d_k (query/key width)")
+        ax.grid(alpha=0.3)
+    left.set_ylim(0, 1.05)
+    left.set_ylabel("largest weight in a row (mean)")
+    left.set_title("How peaked is softmax?", fontsize=10)
+    right.set_yscale("log")
+    right.set_ylabel("‖∂ softmax / ∂ scores‖ (median)")
+    right.set_title("How much gradient gets through?", fontsize=10)
+    left.legend(title="softmax of")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+__all__ += [
+    "softmax_temperature_chart",
+    "attention_heatmap",
+    "attention_heads_figure",
+    "update_attention_heads",
+    "softmax_saturation_figure",
+]
+
+
+# --- Chapters 3 and 4, positional encoding and masking: tables, waves and masks -----------------
+
+
+def _closed_figure(width: float, height: float):
+    """A new matplotlib Figure, already closed: a notebook shows it once, as the cell's value."""
+    import matplotlib.pyplot as plt  # also lets Jupyter's inline backend register its PNG formatter
+
+    fig = plt.figure(figsize=(width, height), layout="constrained")
+    plt.close(fig)
+    return fig
+
+
+def _as_matrix(tensor, name: str):
+    """A 2-D tensor as a NumPy array, or a ``ValueError`` that names the shape that arrived."""
+    if tensor.dim() != 2:
+        raise ValueError(f"{name}: expected a 2-D tensor, got shape {tuple(tensor.shape)}")
+    return tensor.detach().cpu().float().numpy()
+
+
+def pe_heatmap(pe, title: str = "Sinusoidal positional encoding"):
+    """Heatmap of a ``(max_len, d_model)`` encoding table: positions down, dimensions across.
+
+    Args:
+        pe: ``(max_len, d_model)`` tensor, e.g. ``sinusoidal_encoding(100, 64)``.
+        title: the figure title.
+
+    Returns:
+        a matplotlib Figure (closed, so that a notebook shows it once, as the cell's value).
+    """
+    table = _as_matrix(pe, "pe")
+    fig = _closed_figure(7.5, 4.0)
+    ax = fig.subplots()
+    image = ax.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set(xlabel="dimension (column of the table)", ylabel="position in the sequence", title=title)
+    fig.colorbar(image, ax=ax, label="PE value")
+    return fig
+
+
+def pe_curves(pe, dims=(4, 5, 6, 7), title: str = "Dimensions of the encoding over positions"):
+    """Line plot of a few columns of the table against the position.
+
+    Args:
+        pe: ``(max_len, d_model)`` tensor.
+        dims: the columns to draw; even columns are sines, odd ones cosines.
+        title: the figure title.
+
+    Returns:
+        a matplotlib Figure (closed).
+    """
+    table = _as_matrix(pe, "pe")
+    if not all(0 <= dim < table.shape[1] for dim in dims):
+        raise ValueError(f"dims must be columns of a table with {table.shape[1]} columns, got {tuple(dims)}")
+    fig = _closed_figure(7.5, 3.2)
+    ax = fig.subplots()
+    for dim in dims:
+        kind = "sin" if dim % 2 == 0 else "cos"
+        ax.plot(table[:, dim], label=f"dimension {dim} ({kind})", linestyle="-" if dim % 2 == 0 else "--")
+    ax.set(xlabel="position in the sequence", ylabel="PE value", title=title, ylim=(-1.1, 1.1))
+    ax.legend(loc="upper right", fontsize="small", ncols=2)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def pe_similarity(pe, title: str = "Dot product between the encodings of two positions"):
+    """Heatmap of ``pe @ pe.T``: entry ``(p, q)`` is the dot product of positions ``p`` and ``q``.
+
+    Args:
+        pe: ``(max_len, d_model)`` tensor.
+        title: the figure title.
+
+    Returns:
+        a matplotlib Figure (closed).
+    """
+    table = _as_matrix(pe, "pe")
+    sim = table @ table.T  # (max_len, max_len)
+    fig = _closed_figure(5.6, 4.6)
+    ax = fig.subplots()
+    image = ax.imshow(sim, cmap="viridis", interpolation="nearest")
+    ax.set(xlabel="position q", ylabel="position p", title=title)
+    fig.colorbar(image, ax=ax, label="PE[p] · PE[q]")
+    return fig
+
+
+def pe_wavelengths(curves: dict, title: str = "Wavelength of each pair of columns"):
+    """Wavelength (in positions, log scale) of each pair of columns, one line per variant of the formula.
+
+    Args:
+        curves: label -> 1-D tensor of wavelengths, one per pair ``i`` (columns ``2i`` and ``2i + 1``).
+        title: the figure title.
+
+    Returns:
+        a matplotlib Figure (closed).
+    """
+    fig = _closed_figure(7.5, 3.2)
+    ax = fig.subplots()
+    for (label, wavelengths), marker in zip(curves.items(), "os^v", strict=False):
+        values = wavelengths.detach().cpu().numpy()
+        ax.plot(range(len(values)), values, marker=marker, markersize=3, label=label)
+    ax.set_yscale("log")
+    ax.set(xlabel="pair i (columns 2i and 2i + 1)", ylabel="wavelength (positions, log scale)", title=title)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+def positional_encoding_chart(max_positions: int = 80, max_d_model: int = 128) -> alt.VConcatChart:
+    """Interactive sinusoidal encoding, computed in the browser from three sliders.
+
+    Sliders: ``d_model`` (width of the table), ``positions shown`` and ``dimension`` (the column
+    drawn as a curve underneath and outlined on the heatmap). Every value is recomputed by Vega
+    expressions (``sin``, ``cos``, ``pow``) from a generated grid: no table is embedded in the page.
+
+    Args:
+        max_positions: largest value of the ``positions shown`` slider (at least 10).
+        max_d_model: largest value of the ``d_model`` slider (a multiple of 8).
+
+    Returns:
+        an Altair chart: the heatmap above, the chosen column as a curve below.
+    """
+    if max_positions < 10 or max_d_model < 8 or max_d_model % 8:
+        raise ValueError(
+            f"need max_positions >= 10 and max_d_model a positive multiple of 8, got {max_positions} and {max_d_model}"
+        )
+    d_model = alt.param(
+        name="d_model", value=64, bind=alt.binding_range(min=8, max=max_d_model, step=8, name="d_model ")
+    )
+    positions = alt.param(
+        name="positions",
+        value=min(40, max_positions),
+        bind=alt.binding_range(min=10, max=max_positions, step=5, name="positions shown "),
+    )
+    dimension = alt.param(
+        name="dimension", value=6, bind=alt.binding_range(min=0, max=max_d_model - 1, step=1, name="dimension ")
+    )
+    column = "min(dimension, d_model - 1)"  # the slider may point past a narrow table
+    pe_value = "(datum.dim % 2 == 0 ? sin(datum.angle) : cos(datum.angle))"
+
+    grid = (
+        alt.Chart(alt.sequence(0, max_positions * max_d_model, as_="n"))
+        .transform_calculate(pos=f"floor(datum.n / {max_d_model})", dim=f"datum.n % {max_d_model}")
+        .transform_filter("datum.pos < positions && datum.dim < d_model")
+        .transform_calculate(angle="datum.pos / pow(10000, (datum.dim - datum.dim % 2) / d_model)")
+        .transform_calculate(value=pe_value, dim_end="datum.dim + 1", pos_end="datum.pos + 1")
+    )
+    heatmap = grid.mark_rect().encode(
+        x=alt.X("dim:Q", title="dimension (column of the table)", scale=alt.Scale(nice=False, zero=True)),
+        x2="dim_end:Q",
+        y=alt.Y("pos:Q", title="position in the sequence", scale=alt.Scale(reverse=True, nice=False, zero=True)),
+        y2="pos_end:Q",
+        color=alt.Color("value:Q", title="PE value", scale=alt.Scale(scheme="redblue", domain=[-1, 1], reverse=True)),
+        tooltip=[
+            alt.Tooltip("pos:Q", title="position"),
+            alt.Tooltip("dim:Q", title="dimension"),
+            alt.Tooltip("value:Q", title="PE value", format=".3f"),
+        ],
+    )
+    outline = (
+        alt.Chart(alt.sequence(0, 1, as_="n"))
+        .transform_calculate(dim=column, dim_end=f"{column} + 1", top="0", bottom="positions")
+        .mark_rect(fill=None, stroke="black", strokeWidth=2)
+        .encode(
+            x=alt.X("dim:Q", title="dimension (column of the table)"),
+            x2="dim_end:Q",
+            y=alt.Y("top:Q", title="position in the sequence"),
+            y2="bottom:Q",
+        )
+    )
+    top = (heatmap + outline).properties(width=440, height=240, title="The table PE[position, dimension]")
+
+    steps_per_position = 4  # the wave between integer positions, to show what the table samples
+    wave = (
+        alt.Chart(alt.sequence(0, max_positions * steps_per_position + 1, as_="n"))
+        .transform_calculate(pos=f"datum.n / {steps_per_position}", dim=column)
+        .transform_filter("datum.pos <= positions - 1")
+        .transform_calculate(angle="datum.pos / pow(10000, (datum.dim - datum.dim % 2) / d_model)")
+        .transform_calculate(value=pe_value)
+    )
+    x_pos = alt.X("pos:Q", title="position in the sequence", scale=alt.Scale(nice=False, zero=True))
+    y_val = alt.Y("value:Q", title="PE value", scale=alt.Scale(domain=[-1.05, 1.05]))
+    line = wave.mark_line(color="#888", strokeWidth=1).encode(x=x_pos, y=y_val)
+    dots = (
+        wave.transform_filter("datum.pos == floor(datum.pos)")
+        .mark_circle(size=28, color="#c0392b")
+        .encode(
+            x=x_pos,
+            y=y_val,
+            tooltip=[alt.Tooltip("pos:Q", title="position"), alt.Tooltip("value:Q", title="PE value", format=".3f")],
+        )
+    )
+    title = (
+        f"'Column ' + {column} + ' (' + ({column} % 2 == 0 ? 'sin' : 'cos') + '), wavelength 2π·10000^('"
+        f" + ({column} - {column} % 2) + '/' + d_model + ') = '"
+        f" + format(2 * PI * pow(10000, ({column} - {column} % 2) / d_model), ',.1f') + ' positions'"
+    )
+    bottom = (line + dots).properties(width=440, height=160, title=alt.TitleParams(text=alt.expr(title)))
+    return alt.vconcat(top, bottom).add_params(d_model, positions, dimension)
+
+
+def mask_heatmaps(masks: dict, tokens: list[str], keys: list[str] | None = None):
+    """Boolean masks side by side: query rows, key columns, a filled cell where the query may attend.
+
+    Args:
+        masks: title -> ``(L_q, L_k)`` boolean tensor (``True`` = may attend).
+        tokens: labels of the query rows (and of the key columns unless ``keys`` is given).
+        keys: labels of the key columns.
+
+    Returns:
+        a matplotlib Figure (closed).
+    """
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    keys = tokens if keys is None else keys
+    for title, mask in masks.items():
+        if tuple(mask.shape) != (len(tokens), len(keys)):
+            raise ValueError(
+                f"mask {title!r} of shape {tuple(mask.shape)} does not match {len(tokens)} queries and {len(keys)} keys"
+            )
+    fig = _closed_figure(2.7 * len(masks) + 0.3, 3.0)
+    axes = fig.subplots(1, len(masks), squeeze=False)[0]
+    cmap = ListedColormap(["#f2f2f2", "#2b7bba"])
+    for ax, (title, mask) in zip(axes, masks.items(), strict=True):
+        m = mask.detach().cpu().bool().numpy()
+        ax.imshow(m, cmap=cmap, vmin=0, vmax=1)
+        for (q, k), allowed in np.ndenumerate(m):
+            color = "white" if allowed else "#999999"
+            ax.text(k, q, "T" if allowed else "F", ha="center", va="center", fontsize=9, color=color)
+        ax.set_xticks(range(len(keys)), keys, rotation=90 if max(map(len, keys)) > 5 else 0)
+        ax.set_yticks(range(len(tokens)), tokens)
+        ax.set_xticks([x - 0.5 for x in range(1, len(keys))], minor=True)
+        ax.set_yticks([y - 0.5 for y in range(1, len(tokens))], minor=True)
+        ax.grid(which="minor", color="white", linewidth=1)
+        ax.tick_params(which="minor", length=0)
+        ax.set(xlabel="key (attended to)", ylabel="query (attending)", title=title)
+    fig.suptitle("True (blue) = the query may attend to the key", fontsize=10)
+    return fig
+
+
+def mask_chart(max_len: int = 12) -> alt.LayerChart:
+    """Interactive mask for a right-padded sequence, computed in the browser.
+
+    Sliders: ``sequence length`` and ``padding tokens``; radio buttons pick the padding mask (the
+    encoder's), the look-ahead mask, or both combined (the decoder's). Each cell is a
+    (query, key) pair colored by whether the query may attend to the key, and if not, why. With as
+    many padding tokens as positions, no key is left: every row is empty.
+
+    Args:
+        max_len: the longest sequence the slider offers (at most 26: keys are labelled A, B, C, ...).
+
+    Returns:
+        an Altair chart of ``max_len`` × ``max_len`` cells at most, with its three controls.
+    """
+    if not 2 <= max_len <= 26:
+        raise ValueError(f"max_len must be between 2 and 26, got {max_len}")
+    seq_len = alt.param(
+        name="seq_len",
+        value=min(5, max_len),
+        bind=alt.binding_range(min=2, max=max_len, step=1, name="sequence length "),
+    )
+    n_pad = alt.param(
+        name="n_pad", value=1, bind=alt.binding_range(min=0, max=max_len - 1, step=1, name="padding tokens ")
+    )
+    kinds = ["padding (encoder)", "look-ahead", "padding & look-ahead (decoder)"]
+    kind = alt.param(name="kind", value=kinds[2], bind=alt.binding_radio(options=kinds, name="mask "))
+    letters = "[" + ", ".join(f"'{chr(ord('A') + i)}'" for i in range(max_len)) + "]"
+    n_real = "max(seq_len - n_pad, 0)"  # all padding is allowed: every row is then empty
+    label = f"datum.value >= {n_real} ? '<pad>' : {letters}[datum.value]"
+    statuses = ["may attend (True)", "blocked: future key (False)", "blocked: padding key (False)"]
+    chart = (
+        alt.Chart(alt.sequence(0, max_len * max_len, as_="n"))
+        .transform_calculate(query=f"floor(datum.n / {max_len})", key=f"datum.n % {max_len}")
+        .transform_filter("datum.query < seq_len && datum.key < seq_len")
+        .transform_calculate(
+            is_pad=f"kind != '{kinds[1]}' && datum.key >= {n_real}",
+            is_future=f"kind != '{kinds[0]}' && datum.key > datum.query",
+        )
+        .transform_calculate(
+            status=f"datum.is_pad ? '{statuses[2]}' : datum.is_future ? '{statuses[1]}' : '{statuses[0]}'",
+            value="datum.is_pad || datum.is_future ? 'False' : 'True'",
+            ink="datum.is_pad || datum.is_future ? '#555555' : 'white'",
+        )
+    )
+    cells = chart.mark_rect(stroke="white", strokeWidth=1).encode(
+        x=alt.X("key:O", title="key (attended to)", axis=alt.Axis(labelExpr=label, labelAngle=0, orient="top")),
+        y=alt.Y("query:O", title="query (attending)", axis=alt.Axis(labelExpr=label)),
+        color=alt.Color(
+            "status:N",
+            title="mask value",
+            scale=alt.Scale(domain=statuses, range=["#2b7bba", "#f4a582", "#d9d9d9"]),
+            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=300),
+        ),
+        tooltip=[
+            alt.Tooltip("query:O", title="query position"),
+            alt.Tooltip("key:O", title="key position"),
+            alt.Tooltip("status:N", title="mask"),
+        ],
+    )
+    text = chart.mark_text(fontSize=10).encode(
+        x="key:O",
+        y="query:O",
+        text="value:N",
+        color=alt.Color("ink:N", scale=None),
+    )
+    return (
+        (cells + text)
+        .add_params(seq_len, n_pad, kind)
+        .properties(width=alt.Step(36), height=alt.Step(28), title="Which keys each query may attend to")
+    )
+
+
+__all__ += [
+    "pe_heatmap",
+    "pe_curves",
+    "pe_similarity",
+    "pe_wavelengths",
+    "positional_encoding_chart",
+    "mask_heatmaps",
+    "mask_chart",
+]
+
+
+# --- Chapters 1 and 2, why attention and embeddings: paths, costs, timings, magnitudes ----------
+
+
+def path_length_figure(words: list[str], source: int, target: int):
+    """One sentence drawn twice: as a recurrent chain and as all-pairs self-attention.
+
+    The path that carries information from the input at ``source`` to the output at ``target``
+    is drawn in colour, and each panel's title counts its arrows.
+
+    Args:
+        words: the tokens of the sentence, left to right.
+        source: position whose input is to reach the output at ``target``; ``source < target``.
+        target: position of the output.
+    """
+    if not 0 <= source < target < len(words):
+        raise ValueError(f"need 0 <= source < target < {len(words)}, got source={source}, target={target}")
+    n = len(words)
+    fig = _closed_figure(0.95 * n + 1.5, 5.0)
+    rnn_ax, attn_ax = fig.subplots(2, 1)
+    grey, hot = "#b0b0b0", "#c0392b"
+
+    def arrow(ax, start, end, color, width, rad=0.0):
+        ax.annotate(
+            "",
+            xy=end,
+            xytext=start,
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": color,
+                "lw": width,
+                "shrinkA": 7,
+                "shrinkB": 7,
+                "connectionstyle": f"arc3,rad={rad}",
+            },
+        )
+
+    # recurrent layer: x_t -> h_t and h_{t-1} -> h_t
+    for t in range(n):
+        on_path = t == source
+        arrow(rnn_ax, (t, 0), (t, 1), hot if on_path else grey, 2.2 if on_path else 1.0)
+        if t > 0:
+            on_path = source < t <= target
+            arrow(rnn_ax, (t - 1, 1), (t, 1), hot if on_path else grey, 2.2 if on_path else 1.0)
+    rnn_steps = 1 + (target - source)
+    rnn_ax.set_title(
+        f"Recurrent layer: {rnn_steps} arrows from '{words[source]}' to the output at '{words[target]}'", fontsize=10
+    )
+
+    # self-attention: every input feeds every output directly
+    for i in range(n):
+        for j in range(n):
+            if (j, i) != (source, target):
+                attn_ax.plot([j, i], [0, 1], color=grey, lw=0.4, alpha=0.6, zorder=1)
+    arrow(attn_ax, (source, 0), (target, 1), hot, 2.2)
+    attn_ax.set_title(f"Self-attention: 1 arrow from '{words[source]}' to the output at '{words[target]}'", fontsize=10)
+
+    for ax, out_label in ((rnn_ax, "output $h_t$"), (attn_ax, "output $y_t$")):
+        ax.scatter(range(n), [0] * n, s=90, color="white", edgecolor="black", zorder=3)
+        ax.scatter(range(n), [1] * n, s=90, color="#dfe9f5", edgecolor="black", zorder=3)
+        ax.set_xticks(range(n), [f"{t}\n{w}" for t, w in enumerate(words)], fontsize=9)
+        ax.set_yticks([0, 1], ["input $x_t$", out_label])
+        ax.set(xlim=(-0.6, n - 0.4), ylim=(-0.35, 1.35), xlabel="position in the sentence (word index)")
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+    return fig
+
+
+def influence_figure(curves: dict, title: str = "How strongly the output at the last position depends on each input"):
+    """Gradient norm of the last position's output with respect to each input, against distance.
+
+    Args:
+        curves: label -> 1-D tensor; entry ``k`` is the gradient norm for the input ``k`` positions
+            before the last one (``k = 0`` is the last input itself).
+        title: the figure title.
+    """
+    fig = _closed_figure(7.5, 3.4)
+    ax = fig.subplots()
+    for (label, values), marker in zip(curves.items(), "os^v", strict=False):
+        v = values.detach().cpu().numpy()
+        ax.plot(range(len(v)), v, marker=marker, markersize=3, label=label)
+    ax.set_yscale("log")
+    ax.set(
+        xlabel="distance from the last position (tokens)",
+        ylabel="gradient norm ‖∂ output / ∂ input‖ (log scale)",
+        title=title,
+    )
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+_TABLE1_KINDS = ["Self-attention", "Recurrent", "Convolutional (dilated)", "Self-attention (restricted)"]
+
+
+def table1_chart(d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096) -> alt.VConcatChart:
+    """Table 1 of the paper as curves over the sequence length n, computed in the browser.
+
+    Top: operations per layer (n²·d, n·d², k·n·d², r·n·d; constants dropped). Bottom: maximum path
+    length between two positions (1, n, ⌈log_k n⌉ for dilated convolutions, ⌈n / r⌉). Sliders set
+    the width ``d``, the kernel width ``k`` and the neighbourhood ``r``; a rule marks ``n = d``,
+    where self-attention and recurrence cost the same. No table is embedded: the grid of n values
+    is generated by ``alt.sequence`` and every value by a Vega expression.
+
+    Args:
+        d_model: initial width d.
+        k: initial kernel width.
+        r: initial neighbourhood size of restricted self-attention.
+        n_max: largest sequence length drawn (n runs over powers of 2^(1/4) from 2).
+    """
+    import math
+
+    d = alt.param(name="d", value=d_model, bind=alt.binding_range(min=16, max=2048, step=16, name="d (width) "))
+    kp = alt.param(name="k", value=k, bind=alt.binding_range(min=2, max=16, step=1, name="k (kernel width) "))
+    rp = alt.param(name="r", value=r, bind=alt.binding_range(min=2, max=256, step=2, name="r (neighbourhood) "))
+    per_kind = 4 * int(math.log2(n_max))  # grid points per layer kind
+    kinds = "[" + ", ".join(f"'{name}'" for name in _TABLE1_KINDS) + "]"
+    ops = (
+        "datum.kind_id == 0 ? datum.n * datum.n * d : datum.kind_id == 1 ? datum.n * d * d"
+        " : datum.kind_id == 2 ? k * datum.n * d * d : r * datum.n * d"
+    )
+    path = (
+        "datum.kind_id == 0 ? 1 : datum.kind_id == 1 ? datum.n"
+        " : datum.kind_id == 2 ? max(1, ceil(log(datum.n) / log(k) - 1e-9)) : max(1, ceil(datum.n / r))"
+    )
+    base = (
+        alt.Chart(alt.sequence(0, 4 * (per_kind + 1), as_="i"))
+        .transform_calculate(
+            kind_id=f"floor(datum.i / {per_kind + 1})", n=f"round(pow(2, 1 + (datum.i % {per_kind + 1}) / 4))"
+        )
+        .transform_filter(f"datum.n <= {n_max}")
+        .transform_calculate(kind=f"{kinds}[datum.kind_id]", ops=ops, path=path)
+    )
+    color = alt.Color(
+        "kind:N",
+        title="layer type",
+        scale=alt.Scale(domain=_TABLE1_KINDS),
+        legend=alt.Legend(orient="bottom", columns=2, labelLimit=300),
+    )
+    x = alt.X(
+        "n:Q",
+        title="sequence length n (tokens, log scale)",
+        scale=alt.Scale(type="log", domain=[2, n_max], nice=False),
+    )
+    tooltip = [
+        alt.Tooltip("kind:N", title="layer"),
+        alt.Tooltip("n:Q", title="n"),
+        alt.Tooltip("ops:Q", title="operations", format=".3~s"),
+        alt.Tooltip("path:Q", title="path length", format=",d"),
+    ]
+    cost = base.mark_line().encode(
+        x=x,
+        y=alt.Y("ops:Q", title="operations per layer (multiply-adds, log scale)", scale=alt.Scale(type="log")),
+        color=color,
+        tooltip=tooltip,
+    )
+    crossover = (
+        alt.Chart(alt.sequence(0, 1, as_="i"))
+        .transform_calculate(n="d", label="'n = d'")
+        .mark_rule(strokeDash=[4, 4], color="#555")
+        .encode(x="n:Q", tooltip=alt.Tooltip("label:N", title=""))
+    )
+    hops = base.mark_line(interpolate="step-after").encode(
+        x=x,
+        y=alt.Y("path:Q", title="maximum path length (steps, log scale)", scale=alt.Scale(type="log")),
+        color=color,
+        tooltip=tooltip,
+    )
+    top = (cost + crossover).properties(width=460, height=230, title="Work per layer")
+    bottom = hops.properties(width=460, height=200, title="Steps between the two farthest positions")
+    return alt.vconcat(top, bottom).add_params(d, kp, rp)
+
+
+def timing_chart(frame) -> alt.LayerChart:
+    """Measured forward time of each layer against the sequence length, log-log.
+
+    Args:
+        frame: a ``pandas.DataFrame`` with columns ``n`` (tokens), ``layer`` (name) and ``ms``
+            (median forward time in milliseconds).
+    """
+    x = alt.X("n:Q", title="sequence length n (tokens, log scale)", scale=alt.Scale(type="log", nice=False))
+    y = alt.Y("ms:Q", title="forward time (milliseconds, log scale)", scale=alt.Scale(type="log"))
+    color = alt.Color("layer:N", title="layer")
+    tooltip = [
+        alt.Tooltip("layer:N"),
+        alt.Tooltip("n:Q", title="n"),
+        alt.Tooltip("ms:Q", title="time (ms)", format=".3f"),
+    ]
+    base = alt.Chart(frame).encode(x=x, y=y, color=color, tooltip=tooltip)
+    return (base.mark_line() + base.mark_point(filled=True)).properties(
+        width=460, height=280, title="One layer's forward pass, measured on the machine that built this page"
+    )
+
+
+def embedding_norms_figure(norms: dict, pe_norms, words: list[str], d_model: int):
+    """Vector norms of token embeddings before and after the sqrt(d_model) scale, next to the encoding's.
+
+    Args:
+        norms: init label -> ``(before, after)``, two 1-D tensors of per-token norms.
+        pe_norms: 1-D tensor, norm of the positional encoding at each position.
+        words: the tokens, for the x axis.
+        d_model: the width, for the titles.
+    """
+    import math
+
+    fig = _closed_figure(10.0, 3.8)
+    axes = fig.subplots(1, 2, sharey=True)
+    titles = ("token embedding as looked up", f"token embedding × √d_model (= {math.sqrt(d_model):.1f})")
+    positions = range(len(words))
+    for side, (ax, title) in enumerate(zip(axes, titles, strict=True)):
+        ax.plot(positions, pe_norms.detach().cpu().numpy(), color="black", lw=2, label="positional encoding")
+        for (label, pair), marker in zip(norms.items(), "os^v", strict=False):
+            ax.plot(positions, pair[side].detach().cpu().numpy(), marker=marker, linestyle=":", label=label)
+        ax.set_yscale("log")
+        ax.set_xticks(list(positions), words, rotation=45, ha="right", fontsize=9)
+        ax.set(xlabel="token (position in the sentence)", title=title)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("vector norm ‖·‖₂ (log scale)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
+    fig.suptitle(f"How big is each vector that gets added? (d_model = {d_model})", fontsize=11)
+    return fig
+
+
+_INITS = [
+    "N(0, 1): nn.Embedding default",
+    "Xavier uniform: Annotated Transformer, aiayn",
+    "N(0, 1/d_model): tensor2tensor",
+]
+
+
+def embedding_scale_chart(vocab_size: int = 37000, max_d_model: int = 4096) -> alt.LayerChart:
+    """Expected norm of a scaled token embedding divided by the positional encoding's, against d_model.
+
+    A row of d independent entries of standard deviation σ has norm about σ·√d, and every row of the
+    sinusoidal table has norm exactly √(d/2). After the √d scale the ratio is √(2d) for N(0, 1),
+    2·√(d / (V + d)) for Xavier uniform (σ² = 2 / (V + d)) and √2 for N(0, 1/d). A slider sets the
+    vocabulary size V, which only the Xavier curve depends on. Computed in the browser.
+
+    Args:
+        vocab_size: initial vocabulary size V.
+        max_d_model: largest width drawn.
+    """
+    import math
+
+    vocab = alt.param(
+        name="V", value=vocab_size, bind=alt.binding_range(min=1000, max=100000, step=1000, name="vocabulary size V ")
+    )
+    per_init = 4 * int(math.log2(max_d_model / 16))  # grid points per init, from d_model = 16
+    inits = "[" + ", ".join(f"'{name}'" for name in _INITS) + "]"
+    ratio = (
+        "datum.init_id == 0 ? sqrt(2 * datum.d_model) : datum.init_id == 1"
+        " ? 2 * sqrt(datum.d_model / (V + datum.d_model)) : sqrt(2)"
+    )
+    curves = (
+        alt.Chart(alt.sequence(0, 3 * (per_init + 1), as_="i"))
+        .transform_calculate(
+            init_id=f"floor(datum.i / {per_init + 1})", d_model=f"round(16 * pow(2, (datum.i % {per_init + 1}) / 4))"
+        )
+        .transform_calculate(init=f"{inits}[datum.init_id]", ratio=ratio)
+        .mark_line()
+        .encode(
+            x=alt.X(
+                "d_model:Q",
+                title="d_model (width, log scale)",
+                scale=alt.Scale(type="log", domain=[16, max_d_model]),
+            ),
+            y=alt.Y(
+                "ratio:Q",
+                title="‖embedding × √d_model‖ / ‖PE‖ (log scale)",
+                scale=alt.Scale(type="log", domain=[0.01, 100]),
+            ),
+            color=alt.Color(
+                "init:N",
+                title="initialisation",
+                scale=alt.Scale(domain=_INITS),
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=300),
+            ),
+            tooltip=[
+                alt.Tooltip("init:N", title="init"),
+                alt.Tooltip("d_model:Q", title="d_model"),
+                alt.Tooltip("ratio:Q", title="ratio", format=".3f"),
+            ],
+        )
+    )
+    equal = (
+        alt.Chart(alt.sequence(0, 1, as_="i"))
+        .transform_calculate(ratio="1", label="'equal size'")
+        .mark_rule(strokeDash=[4, 4], color="#555")
+        .encode(y="ratio:Q", tooltip=alt.Tooltip("label:N", title=""))
+    )
+    return (
+        (curves + equal)
+        .add_params(vocab)
+        .properties(width=460, height=280, title="Scaled token embedding against the positional encoding")
+    )
+
+
+__all__ += [
+    "path_length_figure",
+    "influence_figure",
+    "table1_chart",
+    "timing_chart",
+    "embedding_norms_figure",
+    "embedding_scale_chart",
+]
+
+
+# --- Chapters 6 and 7, Add & Norm and the full model: normalisation groups, per-layer curves, causality ---
+
+
+def norm_groups_figure(batch: int = 6, features: int = 10):
+    """BatchNorm and LayerNorm drawn on a ``(batch, features)`` grid: cells of one colour share a mean and variance.
+
+    Left, BatchNorm: one group per feature column, statistics taken down the batch. Right, LayerNorm:
+    one group per example row, statistics taken across the features.
+
+    Args:
+        batch: number of rows (examples, or tokens).
+        features: number of columns (the d_model axis).
+
+    Returns:
+        A matplotlib Figure (closed); ``fig.axes[k].images[0].get_array()`` holds panel ``k``'s group ids (mod 10).
+    """
+    import numpy as np
+
+    if batch < 2 or features < 2:
+        raise ValueError(f"need at least a 2 x 2 grid, got batch={batch}, features={features}")
+    fig = _closed_figure(10.0, 3.6)
+    axes = fig.subplots(1, 2)
+    panels = {
+        "BatchNorm: one mean and variance per feature,\ntaken over the batch (down each column)": np.tile(
+            np.arange(features), (batch, 1)
+        ),
+        "LayerNorm: one mean and variance per example,\ntaken over the features (along each row)": np.tile(
+            np.arange(batch)[:, None], (1, features)
+        ),
+    }
+    for ax, (title, groups) in zip(axes, panels.items(), strict=True):
+        ax.imshow(groups % 10, cmap="tab10", vmin=0, vmax=9, alpha=0.55, interpolation="nearest")
+        ax.set_xticks(np.arange(-0.5, features), minor=True)
+        ax.set_yticks(np.arange(-0.5, batch), minor=True)
+        ax.grid(which="minor", color="white", linewidth=2)
+        ax.tick_params(which="both", length=0)
+        ax.set_xticks(range(features), [str(j) for j in range(features)], fontsize=8)
+        ax.set_yticks(range(batch), [str(i) for i in range(batch)], fontsize=8)
+        ax.set(xlabel="feature j (the d_model axis)", ylabel="example i (the batch axis)")
+        ax.set_title(title, fontsize=10)
+    axes[0].annotate(
+        "", xy=(0, batch - 0.6), xytext=(0, -0.4), arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.5}
+    )
+    axes[1].annotate(
+        "", xy=(features - 0.6, 0), xytext=(-0.4, 0), arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.5}
+    )
+    return fig
+
+
+def per_layer_figure(panels: dict, logy: bool = True, xlabel: str = "layer (1 = bottom, nearest the input)"):
+    """Side-by-side panels of per-layer quantities: one line per variant, layer index on the x axis.
+
+    Args:
+        panels: panel title -> ``(y-axis label, {line label: sequence of values, bottom layer first})``.
+        logy: log scale on every y axis.
+        xlabel: the x-axis title.
+
+    Returns:
+        A matplotlib Figure (closed), one Axes per panel, one line per variant.
+    """
+    if not panels:
+        raise ValueError("panels is empty: give at least one {title: (ylabel, {label: values})}")
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    fig = _closed_figure(5.0 * len(panels) + 0.5, 3.6)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (title, (ylabel, lines)) in zip(axes, panels.items(), strict=True):
+        drawn = []
+        for (label, values), marker in zip(lines.items(), "os^vD", strict=False):
+            values = [float(v) for v in values]
+            drawn += values
+            ax.plot(range(1, len(values) + 1), values, marker=marker, markersize=4, label=label)
+        if logy:
+            ax.set_yscale("log")
+            if min(drawn) > 0 and max(drawn) / min(drawn) < 100:  # less than two decades: plain numbers read better
+                plain = FuncFormatter(lambda v, _: f"{v:g}")
+                ax.yaxis.set_major_formatter(plain)
+                ax.yaxis.set_minor_formatter(plain)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize="small")
+    return fig
+
+
+def future_change_figure(changes: dict, changed: int, title: str | None = None):
+    """How much the logits at each target position move when the token at position ``changed`` is replaced.
+
+    Args:
+        changes: label -> 1-D sequence, the largest absolute change of the logits at each position.
+        changed: the position whose input token was replaced (a dashed line marks where it starts).
+        title: the figure title.
+
+    Returns:
+        A matplotlib Figure (closed) with grouped bars, one group per target position.
+    """
+    import numpy as np
+
+    fig = _closed_figure(7.5, 3.4)
+    ax = fig.subplots()
+    width = 0.8 / max(len(changes), 1)
+    for k, (label, values) in enumerate(changes.items()):
+        values = np.asarray([float(v) for v in values])
+        ax.bar(np.arange(len(values)) + (k - (len(changes) - 1) / 2) * width, values, width=width, label=label)
+    ax.axvline(changed - 0.5, color="black", linestyle="--", linewidth=1)  # earlier positions to its left
+    ax.text(changed - 0.45, ax.get_ylim()[1] * 0.92, f"token changed at position {changed} →", fontsize=9)
+    ax.set_xticks(range(max(len(v) for v in changes.values())))
+    ax.set(xlabel="target position i", ylabel="max |change of the logits at i|")
+    ax.set_title(title or "Which positions notice a change at a later position?", fontsize=10)
+    ax.legend(fontsize="small", loc="upper left")
+    return fig
+
+
+def param_count_chart(frame) -> alt.LayerChart:
+    """How far our parameter counts are from the paper's Table 3: one point per row, the gap against the size.
+
+    Args:
+        frame: a ``pandas.DataFrame`` with columns ``row`` (name), ``paper`` and ``ours`` (millions of
+            parameters) and ``change`` (what the row changes); rows without a paper count are skipped.
+    """
+    data = frame.dropna(subset=["paper"])[["row", "change", "paper", "ours"]]
+    data = data.assign(gap=(data.ours - data.paper).round(2), ours=data.ours.round(2))
+    domain = [float(data.paper.min()) * 0.8, float(data.paper.max()) * 1.25]
+    scale = alt.Scale(type="log", domain=domain)
+    x = alt.X("paper:Q", title="paper's count, Table 3 (millions, log scale)", scale=scale)
+    points = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=x,
+            y=alt.Y("gap:Q", title="ours − paper (millions of parameters)"),
+            color=alt.condition("datum.gap < 0", alt.value("#2b7bba"), alt.value("#d6604d")),
+            tooltip=[
+                alt.Tooltip("row:N"),
+                alt.Tooltip("change:N", title="setting"),
+                alt.Tooltip("paper:Q", title="paper (M)"),
+                alt.Tooltip("ours:Q", title="ours (M)"),
+                alt.Tooltip("gap:Q", title="ours − paper (M)"),
+            ],
+        )
+    )
+    labels = points.mark_text(align="left", dx=7, fontSize=10, color="black").encode(text="row:N")
+    zero = alt.Chart(alt.sequence(0, 1, as_="i")).mark_rule(strokeDash=[4, 4], color="#555").encode(y=alt.datum(0))
+    return (zero + points + labels).properties(
+        width=520, height=300, title="Our parameter counts minus the paper's (dashed: equal)"
+    )
+
+
+__all__ += ["norm_groups_figure", "per_layer_figure", "future_change_figure", "param_count_chart"]
