@@ -971,13 +971,16 @@ def norm_groups_figure(batch: int = 6, features: int = 10):
     return fig
 
 
-def per_layer_figure(panels: dict, logy: bool = True, xlabel: str = "layer (1 = bottom, nearest the input)"):
-    """Side-by-side panels of per-layer quantities: one line per variant, layer index on the x axis.
+def per_layer_figure(
+    panels: dict, logy: bool = True, xlabel: str = "layer (1 = bottom, nearest the input)", stacked: bool = False
+):
+    """Panels of per-layer quantities: one line per variant, layer index on the x axis.
 
     Args:
         panels: panel title -> ``(y-axis label, {line label: sequence of values, bottom layer first})``.
         logy: log scale on every y axis.
         xlabel: the x-axis title.
+        stacked: panels one above the other (sharing the x axis) instead of side by side.
 
     Returns:
         A matplotlib Figure (closed), one Axes per panel, one line per variant.
@@ -986,8 +989,12 @@ def per_layer_figure(panels: dict, logy: bool = True, xlabel: str = "layer (1 = 
         raise ValueError("panels is empty: give at least one {title: (ylabel, {label: values})}")
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    fig = _closed_figure(5.0 * len(panels) + 0.5, 3.6)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    if stacked:
+        fig = _closed_figure(6.5, 3.0 * len(panels))
+        axes = fig.subplots(len(panels), 1, squeeze=False, sharex=True)[:, 0]
+    else:
+        fig = _closed_figure(5.0 * len(panels) + 0.5, 3.6)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (title, (ylabel, lines)) in zip(axes, panels.items(), strict=True):
         drawn = []
         for (label, values), marker in zip(lines.items(), "os^vD", strict=False):
@@ -1001,7 +1008,7 @@ def per_layer_figure(panels: dict, logy: bool = True, xlabel: str = "layer (1 = 
                 ax.yaxis.set_major_formatter(plain)
                 ax.yaxis.set_minor_formatter(plain)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set(xlabel=xlabel, ylabel=ylabel)
+        ax.set(xlabel="" if stacked and ax is not axes[-1] else xlabel, ylabel=ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
