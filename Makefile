@@ -9,7 +9,7 @@ NB     := $(sort $(wildcard book/*.ipynb))
 NBVAL  := $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=600 \
           --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
 
-.PHONY: book test venv assets lint unit nbval site execute colab-cells clean
+.PHONY: book test venv assets lint unit nbval site browser execute colab-cells clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -31,7 +31,7 @@ book: $(STAMP) assets
 	$(VENV)/bin/jupyter-book build .
 	@echo "Open $(CURDIR)/_build/html/index.html"
 
-## make test: lint, unit tests, nbval over every chapter, strict site build (stops at the first failure)
+## make test: lint, unit tests, nbval over every chapter, strict site build, browser tests (stops at the first failure)
 test: lint unit nbval site
 
 lint: $(STAMP)
@@ -44,8 +44,13 @@ nbval: $(STAMP)
 	$(NBVAL) $(NB)
 
 site: $(STAMP) assets
-	rm -rf _build/html _build/.doctrees
+	rm -rf _build/html _build/.doctrees _build/screenshots
 	$(VENV)/bin/jupyter-book build -W -n --keep-going .
+	$(PY) -m pytest -q tests/site
+
+## make browser: the browser tests alone, against the site `make book` built
+browser: $(STAMP)
+	$(PY) -m pytest -q tests/site
 
 ## make execute: re-run every chapter in place, storing outputs and widget state
 execute: $(STAMP)

@@ -35,6 +35,12 @@ ASSETS = {
         "@jupyter-widgets/html-manager/dist/*.woff",
         "@jupyter-widgets/html-manager/dist/*.ttf",
     ],
+    # ... and now and then one folder higher
+    "../../_site_extra/book/@jupyter-widgets": [
+        "@jupyter-widgets/html-manager/dist/*.woff2",
+        "@jupyter-widgets/html-manager/dist/*.woff",
+        "@jupyter-widgets/html-manager/dist/*.ttf",
+    ],
 }
 
 

@@ -1,0 +1,37 @@
+"""The site stays lean: its size is reported, no chart embeds a huge data set, no page is huge.
+
+Prints the report (run pytest with -s to see it) and writes it to _build/site_report.json;
+tools/site_report.py makes the same report from the command line and defines what is measured.
+"""
+
+from __future__ import annotations
+
+import json
+
+import siteutil as su
+
+tool = su.site_report
+MAX_SCREENSHOTS_BYTES = 20_000_000
+
+
+def test_site_report(site):
+    report = tool.build_report(site)
+    out = site.parent / "site_report.json"
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print("\n" + tool.summary(report) + f"\nreport written to {out}")
+    big = [s for s in report["datasets"] if s["rows"] > tool.MAX_CHART_ROWS]
+    assert not big, f"charts embedding more than {tool.MAX_CHART_ROWS} rows: " + "; ".join(
+        f"{s['page']} {s['chart']} {s['dataset']}: {s['rows']} rows" for s in big
+    )
+    largest = report["largest_html_page"]
+    assert largest["html_bytes"] <= tool.MAX_PAGE_BYTES, (
+        f"{largest['page']} is {largest['html_bytes'] / 1e6:.1f} MB of HTML (limit {tool.MAX_PAGE_BYTES / 1e6:.0f} MB)"
+    )
+
+
+def test_screenshots_stay_small():
+    """The screenshots the layout tests took (if they ran first) stay under 20 MB together."""
+    shots = [su.screenshot_path(d, kind) for d in su.toc_docnames() for kind in ("desktop", "phone")]
+    total = sum(p.stat().st_size for p in shots if p.is_file())
+    print(f"screenshots: {sum(p.is_file() for p in shots)} files, {total / 1e6:.1f} MB in {su.SCREENSHOTS}")
+    assert total <= MAX_SCREENSHOTS_BYTES, f"screenshots take {total / 1e6:.1f} MB (limit 20 MB)"
