@@ -399,12 +399,13 @@ def pe_wavelengths(curves: dict, title: str = "Wavelength of each pair of column
     return fig
 
 
-def positional_encoding_chart(max_positions: int = 80, max_d_model: int = 128) -> alt.VConcatChart:
+def positional_encoding_chart(max_positions: int = 60, max_d_model: int = 112) -> alt.VConcatChart:
     """Interactive sinusoidal encoding, computed in the browser from three sliders.
 
     Sliders: ``d_model`` (width of the table), ``positions shown`` and ``dimension`` (the column
     drawn as a curve underneath and outlined on the heatmap). Every value is recomputed by Vega
     expressions (``sin``, ``cos``, ``pow``) from a generated grid: no table is embedded in the page.
+    The defaults keep the heatmap under 7 000 cells, which an SVG redraws quickly enough.
 
     Args:
         max_positions: largest value of the ``positions shown`` slider (at least 10).
