@@ -1,0 +1,291 @@
+"""BLEU (Papineni et al. 2002), written out so every step can be read, and equal to sacreBLEU's defaults.
+
+BLEU compares a system's translations (hypotheses) with human translations (references):
+
+1. Tokenize both sides the same way (sacreBLEU's ``13a`` tokenizer, re-implemented in ``tokenize_13a``).
+2. For each order n = 1..4 count the hypothesis n-grams (``totals``) and how many of them also occur
+   in a reference (``counts``), *clipped*: an n-gram is credited at most as often as it occurs in the
+   reference that has it most often, so "the the the" cannot earn three matches from one "the".
+3. Sum counts and totals over the whole corpus; the modified precision of order n is counts / totals.
+4. Take the geometric mean of the precisions and multiply by the brevity penalty
+   BP = exp(1 − r / c) when the hypotheses are shorter (c words) than the references (r words), else 1.
+   For each sentence r uses the reference whose length is closest to the hypothesis.
+
+Scores are reported on sacreBLEU's 0–100 scale.
+
+    n  n-gram order (1..max_order)        c  hypothesis length        r  reference length
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["BLEUResult", "tokenize_13a", "corpus_bleu", "sentence_bleu", "SMOOTHING_METHODS"]
+
+# The smoothing methods of Chen & Cherry (2014) that sacreBLEU offers, with their default values.
+SMOOTHING_METHODS: dict[str, float | None] = {"none": None, "floor": 0.1, "add-k": 1.0, "exp": None}
+
+
+# --- Tokenization ---------------------------------------------------------------------------------
+
+# Punctuation that always becomes its own token: every printable ASCII symbol except the
+# apostrophe ' and the three handled by the rules below (',' '.' '-'). Space is in the list
+# too (as in mteval-v13a), which only adds whitespace that the final split removes.
+_ALWAYS_SPLIT = ' !"#$%&()*+/:;<=>?@[\\]^_`{|}~'
+_TOKENIZER_RULES = [
+    (re.compile("([" + re.escape(_ALWAYS_SPLIT) + "])"), r" \1 "),
+    # a period or comma is split off unless it sits between digits ("3.14", "1,000")
+    (re.compile(r"([^0-9])([.,])"), r"\1 \2 "),  # ... not preceded by a digit
+    (re.compile(r"([.,])([^0-9])"), r" \1 \2"),  # ... not followed by a digit
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),  # a dash after a digit ("5-year" -> "5 - year")
+]
+
+
+def tokenize_13a(text: str) -> str:
+    """Tokenize one line as mteval-v13a (and sacreBLEU's default ``13a``) does; tokens are joined by spaces.
+
+    Args:
+        text: one detokenized sentence.
+
+    Returns:
+        The tokenized sentence, single spaces between tokens, no leading or trailing space.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"tokenize_13a expects a str, got {type(text).__name__}")
+    text = text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    if "&" in text:  # undo the four HTML escapes mteval knows about; &amp; after &quot; as mteval does
+        text = text.replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+    text = f" {text} "
+    for pattern, replacement in _TOKENIZER_RULES:
+        text = pattern.sub(replacement, text)
+    return " ".join(text.split())
+
+
+# --- Result ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BLEUResult:
+    """A BLEU score together with the statistics it was computed from.
+
+    Args:
+        score: BLEU on the 0–100 scale.
+        precisions: modified n-gram precision per order, in percent (after smoothing).
+        brevity_penalty: BP in [0, 1].
+        hyp_len: number of hypothesis tokens, c.
+        ref_len: number of reference tokens, r (closest reference length per sentence, summed).
+        counts: clipped n-gram matches per order (before any smoothing).
+        totals: hypothesis n-grams per order.
+    """
+
+    score: float
+    precisions: tuple[float, ...]
+    brevity_penalty: float
+    hyp_len: int
+    ref_len: int
+    counts: tuple[int, ...]
+    totals: tuple[int, ...]
+
+    @property
+    def ratio(self) -> float:
+        """Hypothesis length over reference length, c / r (0 when there are no reference tokens)."""
+        return self.hyp_len / self.ref_len if self.ref_len else 0.0
+
+    def __str__(self) -> str:
+        precisions = "/".join(f"{p:.1f}" for p in self.precisions)
+        return (
+            f"BLEU = {self.score:.2f} {precisions} (BP = {self.brevity_penalty:.3f} ratio = {self.ratio:.3f} "
+            f"hyp_len = {self.hyp_len} ref_len = {self.ref_len})"
+        )
+
+
+# --- Statistics -----------------------------------------------------------------------------------
+
+
+def _ngrams(tokens: list[str], max_order: int) -> Counter:
+    """Count every n-gram of ``tokens`` for n = 1..max_order (as tuples of words)."""
+    return Counter(tuple(tokens[i : i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1))
+
+
+def _closest_ref_len(hyp_len: int, ref_lens: list[int]) -> int:
+    """The reference length closest to ``hyp_len``; on a tie, the shorter reference."""
+    return min(ref_lens, key=lambda r: (abs(r - hyp_len), r))
+
+
+def _sentence_stats(hyp: str, refs: list[str], max_order: int) -> tuple[int, int, list[int], list[int]]:
+    """Return ``(c, r, counts, totals)`` for one tokenized hypothesis and its tokenized references."""
+    hyp_tokens = hyp.split()
+    max_ref_counts: Counter = Counter()  # for each n-gram, the most times any single reference has it
+    for ref in refs:
+        for ngram, count in _ngrams(ref.split(), max_order).items():
+            max_ref_counts[ngram] = max(max_ref_counts[ngram], count)
+    counts, totals = [0] * max_order, [0] * max_order
+    for ngram, count in _ngrams(hyp_tokens, max_order).items():
+        n = len(ngram)
+        totals[n - 1] += count
+        counts[n - 1] += min(count, max_ref_counts[ngram])  # clipping
+    r = _closest_ref_len(len(hyp_tokens), [len(ref.split()) for ref in refs])
+    return len(hyp_tokens), r, counts, totals
+
+
+def _score(
+    counts: list[int],
+    totals: list[int],
+    hyp_len: int,
+    ref_len: int,
+    max_order: int,
+    smooth: str,
+    smooth_value: float | None,
+    effective_order: bool,
+) -> BLEUResult:
+    """Combine corpus statistics into a score, following sacreBLEU's ``BLEU.compute_bleu``."""
+    if hyp_len < ref_len:
+        bp = math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+    else:
+        bp = 1.0
+    precisions = [0.0] * max_order
+
+    def result(score: float) -> BLEUResult:
+        return BLEUResult(score, tuple(precisions), bp, hyp_len, ref_len, tuple(counts), tuple(totals))
+
+    if not any(counts):  # not a single matching word: 0, whatever the smoothing
+        return result(0.0)
+
+    k = SMOOTHING_METHODS[smooth] if smooth_value is None else smooth_value
+    exp_denominator = 1.0  # "exp" smoothing: the i-th order without matches gets precision 1 / (2^i · total)
+    orders_used = max_order
+    for n in range(1, max_order + 1):
+        correct, total = counts[n - 1], totals[n - 1]
+        if smooth == "add-k" and n > 1:  # add k to matches and totals of orders 2..max_order
+            correct, total = correct + k, total + k
+        if total == 0:  # the hypotheses are too short to have n-grams of this order (or higher)
+            break
+        if effective_order:  # sentence-level BLEU: average only over the orders that exist
+            orders_used = n
+        if correct > 0:
+            precisions[n - 1] = 100.0 * correct / total
+        elif smooth == "exp":
+            exp_denominator *= 2
+            precisions[n - 1] = 100.0 / (exp_denominator * total)
+        elif smooth == "floor":
+            precisions[n - 1] = 100.0 * k / total
+
+    used = precisions[:orders_used]
+    if any(p == 0.0 for p in used):  # log 0: the geometric mean is 0
+        return result(0.0)
+    return result(bp * math.exp(sum(math.log(p) for p in used) / orders_used))
+
+
+# --- Public functions -----------------------------------------------------------------------------
+
+
+def _check_text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
+    return value
+
+
+def _prepare(text: str, lowercase: bool) -> str:
+    return tokenize_13a((text.lower() if lowercase else text).rstrip())
+
+
+def _check_options(max_order: int, smooth: str, smooth_value: float | None) -> None:
+    if isinstance(max_order, bool) or not isinstance(max_order, int) or max_order < 1:
+        raise ValueError(f"max_order must be a positive integer, got {max_order!r}")
+    if smooth not in SMOOTHING_METHODS:
+        raise ValueError(f"smooth must be one of {sorted(SMOOTHING_METHODS)}, got {smooth!r}")
+    if smooth_value is not None and smooth_value < 0:
+        raise ValueError(f"smooth_value must be non-negative, got {smooth_value!r}")
+
+
+def corpus_bleu(
+    hypotheses: Sequence[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    max_order: int = 4,
+    smooth: str = "exp",
+    smooth_value: float | None = None,
+    lowercase: bool = False,
+    effective_order: bool = False,
+) -> BLEUResult:
+    """Corpus-level BLEU; with the defaults it equals ``sacrebleu.corpus_bleu``.
+
+    Args:
+        hypotheses: one detokenized system output per sentence, length N.
+        references: length N: for each hypothesis either one reference string or a list of
+            reference strings (the number may vary from sentence to sentence). Note that this is
+            per hypothesis, unlike sacreBLEU, which takes one list per reference *set*.
+        max_order: the highest n-gram order, 4 in the BLEU paper.
+        smooth: what to do with an order that has no match: ``"exp"`` (sacreBLEU's default,
+            the i-th such order gets precision 1 / (2^i · total)), ``"floor"`` (precision
+            smooth_value / total), ``"add-k"`` (add smooth_value to counts and totals of orders ≥ 2)
+            or ``"none"`` (the score is 0).
+        smooth_value: the value for ``"floor"`` (default 0.1) and ``"add-k"`` (default 1).
+        lowercase: compare case-insensitively.
+        effective_order: average only over the orders for which the hypotheses have n-grams
+            (sacreBLEU's ``use_effective_order``; off for corpus BLEU).
+
+    Returns:
+        A ``BLEUResult``.
+    """
+    _check_options(max_order, smooth, smooth_value)
+    if isinstance(hypotheses, str):
+        raise TypeError("hypotheses: expected a sequence of str, got a single str (wrap it in a list)")
+    if isinstance(references, str):
+        raise TypeError("references: expected a sequence with one entry per hypothesis, got a single str")
+    hypotheses, references = list(hypotheses), list(references)
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"expected one entry of references per hypothesis, got {len(hypotheses)} hypotheses "
+            f"and {len(references)} references"
+        )
+    if not hypotheses:
+        raise ValueError("expected at least one hypothesis, got an empty corpus")
+
+    hyp_len = ref_len = 0
+    counts, totals = [0] * max_order, [0] * max_order
+    for i, (hyp, refs) in enumerate(zip(hypotheses, references, strict=True)):
+        hyp = _check_text(hyp, f"hypotheses[{i}]")
+        refs = [refs] if isinstance(refs, str) else list(refs)
+        if not refs:
+            raise ValueError(f"references[{i}]: expected at least one reference string, got none")
+        refs = [_check_text(ref, f"references[{i}][{j}]") for j, ref in enumerate(refs)]
+        c, r, sentence_counts, sentence_totals = _sentence_stats(
+            _prepare(hyp, lowercase), [_prepare(ref, lowercase) for ref in refs], max_order
+        )
+        hyp_len, ref_len = hyp_len + c, ref_len + r
+        counts = [a + b for a, b in zip(counts, sentence_counts, strict=True)]
+        totals = [a + b for a, b in zip(totals, sentence_totals, strict=True)]
+    return _score(counts, totals, hyp_len, ref_len, max_order, smooth, smooth_value, effective_order)
+
+
+def sentence_bleu(
+    hypothesis: str,
+    references: str | Sequence[str],
+    max_order: int = 4,
+    smooth: str = "exp",
+    smooth_value: float | None = None,
+    lowercase: bool = False,
+) -> BLEUResult:
+    """BLEU of a single sentence, with sacreBLEU's sentence defaults (``exp`` smoothing, effective order).
+
+    BLEU is a corpus metric; on one sentence it is noisy, and without smoothing one order with no
+    match makes it 0. Use it to inspect examples, not to compare systems.
+
+    Args:
+        hypothesis: one detokenized system output.
+        references: one reference string or a list of them.
+        max_order: the highest n-gram order.
+        smooth: the smoothing method, see ``corpus_bleu``.
+        smooth_value: the value for ``"floor"`` and ``"add-k"``.
+        lowercase: compare case-insensitively.
+
+    Returns:
+        A ``BLEUResult``.
+    """
+    _check_text(hypothesis, "hypothesis")
+    refs = [references] if isinstance(references, str) else list(references)
+    return corpus_bleu([hypothesis], [refs], max_order, smooth, smooth_value, lowercase, effective_order=True)

@@ -1,0 +1,288 @@
+"""Turning a trained model into translations: greedy decoding, beam search and sampling.
+
+All three generate one token at a time. At every step the decoder is run again over the whole
+prefix generated so far (no key/value cache): slower, but each step is the same call as in
+training, ``model.decode(memory, src_mask, prefix, decoder_mask(prefix))``, and only the last
+position's prediction is used. The encoder runs once.
+
+Outputs start with ``<bos>`` and have at most ``max_len`` columns, ``<bos>`` included. A sentence
+that has produced ``<eos>`` is finished: from then on its row is filled with the padding id
+(``model.config.pad_id``). Generation stops as soon as every sentence is finished.
+
+The functions switch the model to eval mode (no dropout) while they run, and back afterwards.
+
+    B  batch        K  beam size        S  source length        T  length of the prefix so far
+    V  target vocabulary size        d_model  model width
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .checks import check_token_dtype
+from .masks import decoder_mask, padding_mask
+
+__all__ = ["greedy_decode", "beam_search", "BeamSearchOutput", "sample", "gnmt_length_penalty"]
+
+
+# --- Shared pieces --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Run the block with ``model.eval()`` and gradients off, then restore the previous mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _check_common(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int) -> int:
+    """Validate the arguments every decoder takes and return the padding id."""
+    check_token_dtype(src, "src")
+    if src.dim() != 2:
+        raise ValueError(f"src: expected shape (B, S) of token ids, got {tuple(src.shape)}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive integer (the output length, <bos> included), got {max_len!r}")
+    pad_id = model.config.pad_id
+    if bos_id == pad_id:
+        raise ValueError(f"bos_id must differ from the padding id, got both {pad_id}")
+    if eos_id == bos_id:
+        raise ValueError(f"eos_id must differ from bos_id, got both {bos_id}")
+    return pad_id
+
+
+def _next_logits(model: nn.Module, memory: torch.Tensor, src_mask: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+    """Run the decoder over ``prefix`` ``(B, T)`` and return the logits for the next token, ``(B, V)`` float32."""
+    out = model.decode(memory, src_mask, prefix, decoder_mask(prefix, model.config.pad_id))  # (B, T, d_model)
+    return model.generator(out[:, -1]).float()  # (B, V)
+
+
+def _start(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor | None, bos_id: int):
+    """Encode the source once and build the ``(B, 1)`` prefix of ``<bos>``."""
+    if src_mask is None:
+        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+    memory = model.encode(src, src_mask)  # (B, S, d_model)
+    prefix = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    return memory, src_mask, prefix
+
+
+def _generate(model, src, src_mask, max_len, bos_id, eos_id, choose) -> torch.Tensor:
+    """The loop shared by greedy decoding and sampling; ``choose`` maps ``(B, V)`` logits to ``(B,)`` ids."""
+    pad_id = _check_common(model, src, max_len, bos_id, eos_id)
+    with _eval_mode(model):
+        memory, src_mask, ys = _start(model, src, src_mask, bos_id)
+        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
+        for _ in range(max_len - 1):
+            next_id = choose(_next_logits(model, memory, src_mask, ys))  # (B,)
+            next_id = next_id.masked_fill(finished, pad_id)  # finished rows only grow padding
+            ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, T + 1)
+            finished |= next_id == eos_id
+            if finished.all():
+                break
+    return ys
+
+
+# --- Greedy ---------------------------------------------------------------------------------------
+
+
+def greedy_decode(
+    model: nn.Module,
+    src: torch.Tensor,
+    src_mask: torch.Tensor | None,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+) -> torch.Tensor:
+    """Pick the most probable token at every step, for a whole batch at once.
+
+    Args:
+        model: a ``Transformer`` (``encode``, ``decode``, ``generator``, ``config.pad_id``).
+        src: ``(B, S)`` source ids.
+        src_mask: ``(B, 1, 1, S)`` boolean; ``None`` builds it from ``model.config.pad_id``.
+        max_len: most columns in the output, ``<bos>`` included.
+        bos_id: the id that starts every output.
+        eos_id: the id that ends a sentence; later positions hold the padding id.
+
+    Returns:
+        ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
+    """
+    return _generate(model, src, src_mask, max_len, bos_id, eos_id, lambda logits: logits.argmax(dim=-1))
+
+
+# --- Sampling -------------------------------------------------------------------------------------
+
+
+def _filter_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits of each row, set the others to -inf."""
+    kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, -math.inf)
+
+
+def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most probable tokens whose probability adds up to at least ``top_p``."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (B, V)
+    # drop a token when the tokens before it already reach top_p (the most probable one always stays)
+    drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p  # (B, V)
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, -math.inf)
+
+
+def sample(
+    model: nn.Module,
+    src: torch.Tensor,
+    src_mask: torch.Tensor | None,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Draw each token at random from the model's distribution, optionally sharpened and truncated.
+
+    The logits are divided by ``temperature`` (below 1 sharpens, above 1 flattens), then only the
+    ``top_k`` most probable tokens are kept, then only the smallest set whose probability adds up to
+    ``top_p`` (nucleus sampling); the next token is drawn from what is left.
+
+    Args:
+        model, src, src_mask, max_len, bos_id, eos_id: as in ``greedy_decode``.
+        temperature: positive divisor of the logits.
+        top_k: keep this many tokens (``None``: all).
+        top_p: keep tokens up to this cumulative probability, in (0, 1] (``None``: all).
+        generator: a ``torch.Generator`` on ``src``'s device, for reproducible draws.
+
+    Returns:
+        ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
+    """
+    if not (isinstance(temperature, (int, float)) and temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+    def choose(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits / temperature  # (B, V)
+        if top_k is not None:
+            logits = _filter_top_k(logits, top_k)
+        if top_p is not None:
+            logits = _filter_top_p(logits, top_p)
+        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)  # (B,)
+
+    return _generate(model, src, src_mask, max_len, bos_id, eos_id, choose)
+
+
+# --- Beam search ----------------------------------------------------------------------------------
+
+
+def gnmt_length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
+    """The length penalty of Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6)^α; α = 0 turns it off."""
+    return ((5 + length) / 6) ** alpha
+
+
+class BeamSearchOutput(NamedTuple):
+    """The best hypothesis per sentence; unpack as ``tokens, scores, log_probs = beam_search(...)``.
+
+    Args:
+        tokens: ``(B, L)`` long ids, ``<bos>`` first, padded after ``<eos>``.
+        scores: ``(B,)`` log P(Y) / lp(Y), the number the search maximised.
+        log_probs: ``(B,)`` log P(Y), the sum of the chosen tokens' log-probabilities.
+    """
+
+    tokens: torch.Tensor
+    scores: torch.Tensor
+    log_probs: torch.Tensor
+
+
+def beam_search(
+    model: nn.Module,
+    src: torch.Tensor,
+    src_mask: torch.Tensor | None,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+) -> BeamSearchOutput:
+    """Keep the ``beam_size`` best prefixes per sentence at every step; the paper uses 4 and α = 0.6.
+
+    Hypotheses are ranked by log P(Y) / lp(Y) with the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α,
+    |Y| counting the generated tokens (``<eos>`` included, ``<bos>`` not). Without it the search
+    prefers short outputs, since every extra token lowers log P. A beam that produced ``<eos>``
+    stays in the beam with a fixed score and competes with the live ones; the search ends when
+    every beam of every sentence has finished or ``max_len`` is reached, and the best-scoring beam
+    of each sentence is returned.
+
+    All sentences are searched together: the batch is flattened to ``B · K`` rows.
+    With ``beam_size=1`` this is greedy decoding.
+
+    Args:
+        model, src, src_mask, max_len, bos_id, eos_id: as in ``greedy_decode``.
+        beam_size: K, hypotheses kept per sentence.
+        length_penalty: α of the length penalty; 0 ranks by log P alone.
+
+    Returns:
+        A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
+    """
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+    if not (isinstance(length_penalty, (int, float)) and length_penalty >= 0 and math.isfinite(length_penalty)):
+        raise ValueError(f"length_penalty (alpha) must be a non-negative number, got {length_penalty!r}")
+    pad_id = _check_common(model, src, max_len, bos_id, eos_id)
+    B, K = src.size(0), beam_size
+    device = src.device
+
+    with _eval_mode(model):
+        memory, src_mask, ys = _start(model, src, src_mask, bos_id)
+        memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, d_model)
+        src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
+        ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
+
+        # Every beam starts as the same "<bos>"; only the first may expand, or the K beams would be copies.
+        log_p = torch.full((B, K), -math.inf, device=device)  # (B, K)  log P of each beam
+        log_p[:, 0] = 0.0
+        lengths = torch.zeros(B, K, dtype=torch.long, device=device)  # (B, K)  generated tokens
+        finished = torch.zeros(B, K, dtype=torch.bool, device=device)  # (B, K)
+
+        for _ in range(max_len - 1):
+            logits = _next_logits(model, memory, src_mask, ys)  # (B·K, V)
+            V = logits.size(-1)
+            token_log_p = F.log_softmax(logits, dim=-1).view(B, K, V)  # (B, K, V)
+            # a finished beam has one continuation, padding, which costs nothing and does not lengthen it
+            pad_only = torch.full((V,), -math.inf, device=device)
+            pad_only[pad_id] = 0.0
+            token_log_p = torch.where(finished[..., None], pad_only, token_log_p)  # (B, K, V)
+
+            cand_log_p = log_p[..., None] + token_log_p  # (B, K, V)
+            cand_len = lengths + (~finished).long()  # (B, K)
+            cand_score = cand_log_p / gnmt_length_penalty(cand_len, length_penalty)[..., None]  # (B, K, V)
+            _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)  indices into K·V
+            beam, token = best // V, best % V  # (B, K) each: which beam it extends, with which token
+
+            log_p = cand_log_p.view(B, K * V).gather(1, best)  # (B, K)
+            lengths = cand_len.gather(1, beam)  # (B, K)
+            was_finished = finished.gather(1, beam)  # (B, K)
+            finished = was_finished | (token == eos_id)  # (B, K)
+            rows = (beam + torch.arange(B, device=device)[:, None] * K).view(-1)  # (B·K,)  rows of ys to keep
+            ys = torch.cat([ys[rows], token.view(-1, 1)], dim=1)  # (B·K, T + 1)
+            if finished.all():
+                break
+
+        scores = log_p / gnmt_length_penalty(lengths, length_penalty)  # (B, K)
+        best_beam = scores.argmax(dim=-1)  # (B,)
+        pick = torch.arange(B, device=device) * K + best_beam  # (B,)
+        arange = torch.arange(B, device=device)
+        return BeamSearchOutput(ys[pick], scores[arange, best_beam], log_p[arange, best_beam])

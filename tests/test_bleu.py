@@ -1,0 +1,285 @@
+"""aiayn.bleu against sacreBLEU, on the Multi30k validation references and on hand-made edge cases."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+import random
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from aiayn.bleu import BLEUResult, corpus_bleu, sentence_bleu, tokenize_13a
+
+TOL = 1e-9
+
+
+def _data_dir() -> Path:
+    """``$AIAYN_DATA``, else ``shared/data/multi30k`` next to the repository (where CI clones it)."""
+    if os.environ.get("AIAYN_DATA"):
+        return Path(os.environ["AIAYN_DATA"])
+    return Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+
+
+@functools.cache
+def _read_references() -> tuple[str, ...]:
+    path = _data_dir() / "val.en.gz"
+    if not path.is_file():
+        pytest.fail(
+            f"Multi30k validation references not found at {path}. Set AIAYN_DATA to the folder that holds "
+            "val.en.gz, or place the shared data next to the repository (../shared/data/multi30k)."
+        )
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    assert len(lines) > 1000, f"expected the ~1014 Multi30k validation sentences, got {len(lines)}"
+    return tuple(lines)
+
+
+def load_references() -> list[str]:
+    """The English side of Multi30k validation; a missing file fails the calling test (CI must have the data)."""
+    return list(_read_references())
+
+
+# --- corruptions: systematic "system outputs" with known kinds of error --------------------------
+
+
+def _drop(words: list[str], rng: random.Random) -> list[str]:
+    return [w for w in words if rng.random() > 0.2]
+
+
+def _duplicate(words: list[str], rng: random.Random) -> list[str]:
+    return [x for w in words for x in ([w, w] if rng.random() < 0.2 else [w])]
+
+
+def _swap(words: list[str], rng: random.Random) -> list[str]:
+    words = list(words)
+    for i in range(len(words) - 1):
+        if rng.random() < 0.25:
+            words[i], words[i + 1] = words[i + 1], words[i]
+    return words
+
+
+def _truncate(words: list[str], rng: random.Random) -> list[str]:
+    return words[: rng.randint(0, len(words))]
+
+
+def _lowercase(words: list[str], rng: random.Random) -> list[str]:
+    return [w.lower() if rng.random() < 0.5 else w for w in words]
+
+
+CORRUPTIONS = {"drop": _drop, "duplicate": _duplicate, "swap": _swap, "truncate": _truncate, "lowercase": _lowercase}
+
+
+def corrupt(lines: list[str], kind: str, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(CORRUPTIONS[kind](line.split(), rng)) for line in lines]
+
+
+def corrupt_all(lines: list[str], seed: int = 0) -> list[str]:
+    """Apply every corruption in turn, so the output has all error kinds at once."""
+    for i, kind in enumerate(CORRUPTIONS):
+        lines = corrupt(lines, kind, seed + i)
+    return lines
+
+
+def assert_same(ours: BLEUResult, theirs: sacrebleu.BLEUScore, check_counts: bool = True) -> None:
+    assert ours.score == pytest.approx(theirs.score, abs=TOL, rel=0)
+    assert list(ours.precisions) == pytest.approx(theirs.precisions, abs=TOL, rel=0)
+    assert ours.brevity_penalty == pytest.approx(theirs.bp, abs=TOL, rel=0)
+    assert ours.hyp_len == theirs.sys_len
+    assert ours.ref_len == theirs.ref_len
+    if check_counts:
+        assert list(ours.counts) == list(theirs.counts)
+        assert list(ours.totals) == list(theirs.totals)
+
+
+# --- tokenizer -----------------------------------------------------------------------------------
+
+
+def test_tokenize_13a_examples():
+    assert tokenize_13a("Hello, world!") == "Hello , world !"
+    assert tokenize_13a("It costs $3.50, or 1,000 yen.") == "It costs $ 3.50 , or 1,000 yen ."
+    assert tokenize_13a("a 5-year-old's toy") == "a 5 - year-old's toy"
+    assert tokenize_13a("&quot;Hi&quot; &amp; bye") == '" Hi " & bye'
+    assert tokenize_13a("   ") == ""
+
+
+def test_tokenize_13a_equals_sacrebleu_on_random_strings():
+    rng = random.Random(0)
+    entities = ["&quot;", "&amp;", "&lt;", "&gt;", "<skipped>", "-\n"]
+    alphabet = list("aZ09 .,-'\"!?$%&()/:;<=>@[]\\^_`{|}~\n\té") + entities
+    theirs = Tokenizer13a()
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert tokenize_13a(text) == theirs(text), repr(text)
+
+
+def test_tokenize_13a_equals_sacrebleu_on_corpus():
+    references = load_references()
+    theirs = Tokenizer13a()
+    for line in references:
+        assert tokenize_13a(line) == theirs(line)
+
+
+def test_tokenize_13a_rejects_non_string():
+    with pytest.raises(TypeError, match="expects a str, got int"):
+        tokenize_13a(3)
+
+
+# --- corpus BLEU on Multi30k ---------------------------------------------------------------------
+
+
+def test_identical_corpus_scores_100():
+    references = load_references()
+    result = corpus_bleu(references, references)
+    assert result.score == pytest.approx(100.0, abs=TOL)
+    assert result.brevity_penalty == 1.0
+
+
+@pytest.mark.parametrize("kind", [*CORRUPTIONS, "all"])
+def test_corpus_bleu_equals_sacrebleu(kind):
+    references = load_references()
+    hyps = corrupt_all(references, seed=1) if kind == "all" else corrupt(references, kind, seed=1)
+    assert_same(corpus_bleu(hyps, references), sacrebleu.corpus_bleu(hyps, [references]))
+
+
+def test_corpus_bleu_lowercase_equals_sacrebleu():
+    references = load_references()
+    hyps = corrupt(references, "lowercase", seed=2)
+    assert_same(
+        corpus_bleu(hyps, references, lowercase=True), sacrebleu.corpus_bleu(hyps, [references], lowercase=True)
+    )
+
+
+@pytest.mark.parametrize("n_refs", [2, 3])
+def test_corpus_bleu_multiple_references_equals_sacrebleu(n_refs):
+    references = load_references()
+    lines = references[:300]
+    hyps = corrupt_all(lines, seed=10)
+    ref_sets = [lines] + [corrupt_all(lines, seed=20 + k) for k in range(n_refs - 1)]  # variants as extra references
+    per_hyp = [list(refs) for refs in zip(*ref_sets, strict=True)]
+    assert_same(corpus_bleu(hyps, per_hyp), sacrebleu.corpus_bleu(hyps, ref_sets))
+
+
+@pytest.mark.parametrize("smooth", ["exp", "floor", "add-k", "none"])
+def test_smoothing_methods_equal_sacrebleu(smooth):
+    references = load_references()
+    # short, heavily damaged hypotheses so that high orders have few or no matches
+    hyps = [" ".join(h.split()[:3]) for h in corrupt(references[:40], "swap", seed=3)]
+    theirs = sacrebleu.corpus_bleu(hyps, [references[:40]], smooth_method=smooth)
+    # sacreBLEU's add-k reports counts and totals with k already added; ours are the raw statistics
+    assert_same(corpus_bleu(hyps, references[:40], smooth=smooth), theirs, check_counts=smooth != "add-k")
+    for hyp, ref in zip(hyps[:20], references[:20], strict=True):
+        theirs = sacrebleu.sentence_bleu(hyp, [ref], smooth_method=smooth)
+        assert_same(sentence_bleu(hyp, ref, smooth=smooth), theirs, check_counts=smooth != "add-k")
+
+
+def test_sentence_bleu_equals_sacrebleu():
+    references = load_references()
+    hyps = corrupt_all(references[:200], seed=4)
+    for hyp, ref in zip(hyps, references[:200], strict=True):
+        assert_same(sentence_bleu(hyp, [ref]), sacrebleu.sentence_bleu(hyp, [ref]))
+
+
+# --- edge cases ----------------------------------------------------------------------------------
+
+EDGE_CASES = [
+    # (hypotheses, references per hypothesis)
+    ([""], [["A dog runs on the beach ."]]),  # empty hypothesis
+    (["", "A dog runs ."], [["A dog runs on the beach ."], ["A dog runs ."]]),  # empty one in a corpus
+    (["", ""], [["a b c"], ["d e"]]),  # nothing at all
+    (["A dog"], [["A dog runs on the beach .", "A dog runs along the sand ."]]),  # shorter than every ref
+    (["dog A runs beach the on"], [["A dog runs on the beach"]]),  # unigrams match, no 3- or 4-gram does
+    (["cat sat mat"], [["A dog runs on the beach"]]),  # no match of any order
+    (["A dog runs on the beach today and tomorrow"], [["A dog runs .", "A dog runs on the beach , fast ."]]),
+    (["the the the the the the the"], [["The cat is on the mat .", "There is a cat on the mat ."]]),
+    (["Thank Thank Thank"], [["Thank you ."]]),
+    (["A cat"], [["A cat sat", "A cat"]]),  # one reference has exactly the hypothesis length
+    (["A b c d"], [["A b", "A b c d e f"]]),  # tie in length difference: the shorter reference wins
+]
+
+
+@pytest.mark.parametrize(("hyps", "refs"), EDGE_CASES)
+def test_edge_cases_equal_sacrebleu(hyps, refs):
+    n_refs = {len(r) for r in refs}
+    if len(n_refs) == 1:
+        streams = [list(s) for s in zip(*refs, strict=True)]
+    else:  # sacreBLEU marks a missing reference with None
+        width = max(n_refs)
+        streams = [[r[k] if k < len(r) else None for r in refs] for k in range(width)]
+    assert_same(corpus_bleu(hyps, refs), sacrebleu.corpus_bleu(hyps, streams))
+    for hyp, r in zip(hyps, refs, strict=True):
+        assert_same(sentence_bleu(hyp, r), sacrebleu.sentence_bleu(hyp, r))
+
+
+def test_clipping_thank_thank_thank():
+    result = sentence_bleu("Thank Thank Thank", "Thank you .")
+    assert result.counts[0] == 1  # "Thank" is credited once, as often as the reference has it
+    assert result.totals[0] == 3
+    assert result.precisions[0] == pytest.approx(100 / 3)
+
+
+def test_papineni_unigram_example():
+    # Papineni et al. 2002, section 2.1: modified unigram precision 2/7
+    result = corpus_bleu(["the the the the the the the"], [["the cat is on the mat", "there is a cat on the mat"]])
+    assert (result.counts[0], result.totals[0]) == (2, 7)
+
+
+def test_variable_number_of_references():
+    references = load_references()
+    refs = [[r] if i % 2 else [r, r.upper()] for i, r in enumerate(references[:50])]
+    hyps = corrupt(references[:50], "drop", seed=5)
+    streams = [references[:50], [r.upper() if i % 2 == 0 else None for i, r in enumerate(references[:50])]]
+    assert_same(corpus_bleu(hyps, refs), sacrebleu.corpus_bleu(hyps, streams))
+
+
+def test_str_is_readable():
+    text = str(corpus_bleu(["A dog runs ."], ["A dog runs fast ."]))
+    assert text.startswith("BLEU = ")
+    assert "BP = " in text and "hyp_len = 4" in text and "ref_len = 5" in text
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def test_mismatched_lengths_raise():
+    with pytest.raises(ValueError, match="got 2 hypotheses and 3 references"):
+        corpus_bleu(["a", "b"], ["a", "b", "c"])
+
+
+def test_non_string_hypothesis_raises():
+    with pytest.raises(TypeError, match=r"hypotheses\[1\]: expected a str, got int"):
+        corpus_bleu(["a", 5], ["a", "b"])
+
+
+def test_non_string_reference_raises():
+    with pytest.raises(TypeError, match=r"references\[0\]\[1\]: expected a str, got NoneType"):
+        corpus_bleu(["a"], [["a", None]])
+
+
+def test_single_string_instead_of_list_raises():
+    with pytest.raises(TypeError, match="got a single str"):
+        corpus_bleu("a dog", ["a dog"])
+
+
+def test_empty_corpus_raises():
+    with pytest.raises(ValueError, match="empty corpus"):
+        corpus_bleu([], [])
+
+
+def test_empty_reference_list_raises():
+    with pytest.raises(ValueError, match=r"references\[0\]: expected at least one reference"):
+        corpus_bleu(["a"], [[]])
+
+
+def test_unknown_smoothing_raises():
+    with pytest.raises(ValueError, match="smooth must be one of .* got 'laplace'"):
+        corpus_bleu(["a"], ["a"], smooth="laplace")
+
+
+def test_bad_max_order_raises():
+    with pytest.raises(ValueError, match="max_order must be a positive integer, got 0"):
+        corpus_bleu(["a"], ["a"], max_order=0)
