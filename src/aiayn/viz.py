@@ -1080,3 +1080,593 @@ def param_count_chart(frame) -> alt.LayerChart:
 
 
 __all__ += ["norm_groups_figure", "per_layer_figure", "future_change_figure", "param_count_chart"]
+
+
+# --- Chapter 8, training: the Noam schedule, training curves, sampling filters ---------------------
+
+
+def noam_schedule_chart(
+    max_step: int = 20000,
+    n_points: int = 200,
+    d_model: int = 512,
+    warmup: int = 4000,
+    d_model_range: tuple[int, int, int] = (256, 1024, 64),
+    warmup_range: tuple[int, int, int] = (500, 8000, 100),
+) -> alt.LayerChart:
+    """The learning rate of section 5.3 against the step, with sliders for d_model and warmup.
+
+    Three curves are computed in the browser for steps 1, s, 2s, ..., ``max_step`` (s = max_step / n_points):
+    the two terms of the minimum, d_model^-0.5 · step^-0.5 (the decay) and d_model^-0.5 · step · warmup^-1.5
+    (the ramp), dashed, and the schedule itself, lrate = min of the two, drawn thick. A dot and a dashed
+    rule mark the peak, at step = warmup with the value d_model^-0.5 · warmup^-0.5. The y axis is fixed
+    so that moving d_model moves the curve; the dashed terms leave it and are clipped.
+
+    Args:
+        max_step: last step drawn.
+        n_points: number of intervals on the step axis; choose the warmup slider's step as a multiple of
+            max_step / n_points so that every warmup value is a sampled step and the peak is drawn exactly.
+        d_model, warmup: initial slider values (the paper's base model: 512 and 4000).
+        d_model_range, warmup_range: (min, max, step) of the two sliders.
+    """
+    lo_d, hi_d, _ = d_model_range
+    lo_w, hi_w, _ = warmup_range
+    if not (0 < lo_d <= d_model <= hi_d and 0 < lo_w <= warmup <= hi_w < max_step):
+        raise ValueError(
+            f"need min <= value <= max for both sliders and warmup below max_step={max_step}, got d_model "
+            f"{d_model} in {d_model_range} and warmup {warmup} in {warmup_range}"
+        )
+    every = max_step / n_points
+    d_param = alt.param(
+        name="d_model",
+        value=d_model,
+        bind=alt.binding_range(min=lo_d, max=hi_d, step=d_model_range[2], name="d_model "),
+    )
+    w_param = alt.param(
+        name="warmup",
+        value=warmup,
+        bind=alt.binding_range(min=lo_w, max=hi_w, step=warmup_range[2], name="warmup (steps) "),
+    )
+    top = lo_d**-0.5 * lo_w**-0.5  # the highest peak any slider setting can reach
+    y_max = float(f"{top * 1.05:.1e}")
+    names = ["lrate = min of the two", "d_model^-0.5 · step^-0.5", "d_model^-0.5 · step · warmup^-1.5"]
+    x = alt.X("step:Q", title="training step", scale=alt.Scale(domain=[0, max_step], nice=False))
+    y_scale = alt.Scale(domain=[0, y_max], nice=False)
+    curves = (
+        alt.Chart(alt.sequence(0, n_points + 1, as_="i"))
+        .transform_calculate(step=f"max(1, datum.i * {every})")
+        .transform_calculate(
+            decay="pow(d_model, -0.5) * pow(datum.step, -0.5)",
+            ramp="pow(d_model, -0.5) * datum.step * pow(warmup, -1.5)",
+        )
+        .transform_calculate(lrate="min(datum.decay, datum.ramp)")
+        .transform_fold(["lrate", "decay", "ramp"], as_=["term", "rate"])
+        .transform_calculate(
+            curve=f"datum.term == 'lrate' ? '{names[0]}' : datum.term == 'decay' ? '{names[1]}' : '{names[2]}'"
+        )
+        .mark_line(clip=True)
+        .encode(
+            x=x,
+            y=alt.Y("rate:Q", title="learning rate", scale=y_scale, axis=alt.Axis(format=".1e")),
+            color=alt.Color(
+                "curve:N",
+                title=None,
+                scale=alt.Scale(domain=names, range=["#1f5fa8", "#999999", "#d08c2d"]),
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=360),
+            ),
+            strokeDash=alt.condition("datum.term == 'lrate'", alt.value([1, 0]), alt.value([5, 4])),
+            strokeWidth=alt.condition("datum.term == 'lrate'", alt.value(3), alt.value(1.5)),
+            tooltip=[
+                alt.Tooltip("curve:N", title="curve"),
+                alt.Tooltip("step:Q", title="step", format=","),
+                alt.Tooltip("rate:Q", title="rate", format=".3e"),
+            ],
+        )
+    )
+    peak_data = (
+        alt.Chart(alt.sequence(0, 1, as_="i"))
+        .transform_calculate(step="warmup", rate="pow(d_model, -0.5) * pow(warmup, -0.5)")
+        .transform_calculate(label="'peak at step ' + datum.step + ': ' + format(datum.rate, '.2e')")
+    )
+    rule = peak_data.mark_rule(strokeDash=[2, 3], color="#1f5fa8").encode(x="step:Q")
+    dot = peak_data.mark_point(filled=True, size=70, color="#1f5fa8").encode(
+        x=x, y=alt.Y("rate:Q", scale=y_scale), tooltip=alt.Tooltip("label:N", title="")
+    )
+    label = peak_data.mark_text(align="left", dx=8, dy=-8, fontSize=11).encode(
+        x=x, y=alt.Y("rate:Q", scale=y_scale), text="label:N"
+    )
+    return (
+        alt.layer(curves, rule, dot, label)
+        .add_params(d_param, w_param)
+        .properties(width=480, height=260, title="The learning rate of section 5.3 (computed in your browser)")
+    )
+
+
+def training_curves_figure(history, metric: str | None = None, metric_label: str | None = None, title: str = ""):
+    """The learning rate, the training loss and (optionally) an evaluation metric against the step.
+
+    Args:
+        history: an ``aiayn.training.History`` (``step``, ``lr``, ``loss`` and ``evals``).
+        metric: a key of the dicts in ``history.evals`` to draw in a third panel (e.g. ``"exact match"``).
+        metric_label: the y-axis title of that panel; default: ``metric``.
+        title: the figure title.
+
+    Returns:
+        A matplotlib Figure (closed), one panel per quantity, sharing the step axis.
+    """
+    if not history.step:
+        raise ValueError("history is empty: train for at least one step first")
+    if metric is not None and not any(metric in e for e in history.evals):
+        raise ValueError(f"no evaluation in history.evals has the metric {metric!r}")
+    rows = 2 if metric is None else 3
+    fig = _closed_figure(7.0, 1.9 * rows + 0.5)
+    axes = fig.subplots(rows, 1, sharex=True)
+    axes[0].plot(history.step, history.lr, color="#1f5fa8")
+    axes[0].set_ylabel("learning rate")
+    axes[0].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    axes[1].plot(history.step, history.loss, color="#c0392b", linewidth=1)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("training loss\n(nats/token, log)")
+    if metric is not None:
+        evals = [e for e in history.evals if metric in e]
+        axes[2].plot([e["step"] for e in evals], [e[metric] for e in evals], marker="o", markersize=3, color="#2e8b57")
+        axes[2].set_ylabel(metric_label or metric)
+        axes[2].set_ylim(-0.03, 1.03)
+    for ax in axes:
+        ax.grid(alpha=0.3, which="both")
+    axes[-1].set_xlabel("optimizer step")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def sampling_filter_chart(
+    logits,
+    labels,
+    title: str = "",
+    t_min: float = 0.2,
+    t_max: float = 3.0,
+    t_init: float = 1.0,
+) -> alt.LayerChart:
+    """Bars of the distribution a sampler draws from, after temperature, top-k and top-p, with three sliders.
+
+    Computed in the browser in the order of ``aiayn.decoding.sample``: the logits are divided by the
+    temperature T and turned into probabilities p (grey bars); only the k most probable tokens are kept
+    (and any tied with the k-th, as ``torch.topk``'s threshold keeps them);
+    of those, renormalised, only the smallest set whose probability reaches top_p (the tokens before a
+    token must not already reach it); what is left is renormalised (blue bars).
+
+    Args:
+        logits: ``(V,)`` next-token logits (a sequence or a 1-D tensor).
+        labels: V token names, in vocabulary order.
+        title: the chart title.
+        t_min, t_max, t_init: range and start value of the temperature slider.
+
+    Returns:
+        A layered Altair chart that owns the ``temperature``, ``top_k`` and ``top_p`` params.
+    """
+    import pandas as pd
+
+    values = [float(v) for v in (logits.tolist() if hasattr(logits, "tolist") else logits)]
+    labels = [str(label) for label in labels]
+    if len(values) != len(labels) or len(values) < 2:
+        raise ValueError(f"need one logit per label (at least two), got {len(values)} logits and {len(labels)} labels")
+    if not 0 < t_min <= t_init <= t_max:
+        raise ValueError(f"need 0 < t_min <= t_init <= t_max, got {t_min}, {t_init}, {t_max}")
+    V = len(values)
+    data = pd.DataFrame({"position": range(V), "token": labels, "logit": [round(v, 4) for v in values]})
+    temperature = alt.param(
+        name="temperature",
+        value=t_init,
+        bind=alt.binding_range(min=t_min, max=t_max, step=0.05, name="temperature T "),
+    )
+    top_k = alt.param(name="top_k", value=V, bind=alt.binding_range(min=1, max=V, step=1, name="top-k "))
+    top_p = alt.param(name="top_p", value=1.0, bind=alt.binding_range(min=0.05, max=1.0, step=0.05, name="top-p "))
+    by_probability = [{"field": "p", "order": "descending"}, {"field": "position", "order": "ascending"}]
+    base = (
+        alt.Chart(data)
+        .transform_calculate(z="datum.logit / temperature")
+        .transform_joinaggregate(z_max="max(z)")
+        .transform_calculate(e="exp(datum.z - datum.z_max)")
+        .transform_joinaggregate(e_sum="sum(e)")
+        .transform_calculate(p="datum.e / datum.e_sum")
+        .transform_window(rank="rank()", sort=[{"field": "p", "order": "descending"}])  # ties share a rank
+        .transform_calculate(p_in="(datum.rank <= top_k) * datum.p")
+        .transform_joinaggregate(k_sum="sum(p_in)")
+        .transform_calculate(p_k="datum.p_in / datum.k_sum")
+        .transform_window(cum_k="sum(p_k)", sort=by_probability, frame=[None, 0])
+        .transform_calculate(keep="(datum.rank <= top_k) * (datum.cum_k - datum.p_k < top_p)")
+        .transform_calculate(q="datum.keep * datum.p")
+        .transform_joinaggregate(q_sum="sum(q)")
+        .transform_calculate(sampled="datum.q / datum.q_sum")
+    )
+    x = alt.X(
+        "position:O",
+        title="next token",
+        axis=alt.Axis(labelExpr=f"{json.dumps(labels)}[datum.value]", labelAngle=0),
+    )
+    y_scale = alt.Scale(domain=[0, 1])
+    tooltip = [
+        alt.Tooltip("token:N", title="token"),
+        alt.Tooltip("logit:Q", title="logit", format=".2f"),
+        alt.Tooltip("p:Q", title="softmax(logit / T)", format=".3f"),
+        alt.Tooltip("sampled:Q", title="sampled with", format=".3f"),
+    ]
+    before = base.mark_bar(color="#cfcfcf", xOffset=-5, width=12).encode(
+        x=x, y=alt.Y("p:Q", scale=y_scale, title="probability"), tooltip=tooltip
+    )
+    after = base.mark_bar(color="#1f5fa8", xOffset=5, width=12).encode(
+        x=x, y=alt.Y("sampled:Q", scale=y_scale), tooltip=tooltip
+    )
+    values_text = base.transform_filter("datum.sampled > 0").mark_text(dy=-6, dx=5, fontSize=10).encode(
+        x=x, y=alt.Y("sampled:Q", scale=y_scale), text=alt.Text("sampled:Q", format=".2f")
+    )
+    return (
+        alt.layer(before, after, values_text)
+        .add_params(temperature, top_k, top_p)
+        .properties(
+            width=max(300, 44 * V),
+            height=220,
+            title=title or "grey: softmax(logits / T); blue: what the sampler draws from",
+        )
+    )
+
+
+__all__ += ["noam_schedule_chart", "training_curves_figure", "sampling_filter_chart"]
+
+
+# --- Chapters 9 and 10, BLEU and label smoothing: n-gram matches, worked examples, targets, calibration ---
+
+_MATCH_STYLE = {  # chip colours of the BLEU match display: background, border
+    "match": ("#c7e9c0", "#31a354"),
+    "clipped": ("#fdd0a2", "#e6550d"),
+    "miss": ("#eeeeee", "#bbbbbb"),
+}
+
+
+def _bleu_ngram_status(hyp: list[str], refs: list[list[str]], n: int) -> list[tuple[str, str]]:
+    """For each n-gram of ``hyp`` in order: (text, "match" | "clipped" | "miss"), clipped as BLEU clips.
+
+    An n-gram is credited at most as often as it occurs in the reference that has it most often; its
+    first occurrences take the credit, later ones are "clipped". "miss": no reference has it.
+    """
+    from collections import Counter
+
+    most: Counter = Counter()
+    for ref in refs:
+        for gram, k in Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)).items():
+            most[gram] = max(most[gram], k)
+    used: Counter = Counter()
+    out = []
+    for i in range(len(hyp) - n + 1):
+        gram = tuple(hyp[i : i + n])
+        if most[gram] == 0:
+            status = "miss"
+        elif used[gram] < most[gram]:
+            status, used[gram] = "match", used[gram] + 1
+        else:
+            status = "clipped"
+        out.append((" ".join(gram), status))
+    return out
+
+
+def bleu_match_html(hypothesis: str, references, max_order: int = 4, lowercase: bool = False) -> str:
+    """HTML that shows how BLEU scores one hypothesis: every n-gram coloured, then each factor.
+
+    Both sides are tokenized as BLEU does (``tokenize_13a``). For n = 1..max_order, each n-gram of the
+    hypothesis is a chip: green when a reference has it, orange when a reference has it but fewer times
+    than the hypothesis uses it (the extra copies are clipped), grey when no reference has it. Then a
+    table gives the modified precisions (matches / n-grams), c, r, the brevity penalty and the sentence
+    BLEU of ``aiayn.bleu.sentence_bleu`` (sacreBLEU's sentence defaults: ``exp`` smoothing, effective order).
+
+    Args:
+        hypothesis: one detokenized system output.
+        references: one reference string or a list of them.
+        max_order: the highest n-gram order.
+        lowercase: compare case-insensitively.
+
+    Returns:
+        An HTML fragment (a ``<div>``); show it with ``IPython.display.HTML`` or an ``ipywidgets.HTML``.
+    """
+    import html
+
+    from .bleu import sentence_bleu, tokenize_13a
+
+    refs = [references] if isinstance(references, str) else list(references)
+    if not isinstance(hypothesis, str) or not refs or not all(isinstance(r, str) for r in refs):
+        raise TypeError("expected a hypothesis str and a reference str (or a non-empty list of str)")
+
+    def tokens(text: str) -> list[str]:
+        return tokenize_13a((text.lower() if lowercase else text).rstrip()).split()
+
+    hyp, ref_tokens = tokens(hypothesis), [tokens(r) for r in refs]
+    result = sentence_bleu(hypothesis, refs, max_order=max_order, lowercase=lowercase)
+    rows = []
+    for n in range(1, max_order + 1):
+        chips = []
+        for text, status in _bleu_ngram_status(hyp, ref_tokens, n):
+            background, border = _MATCH_STYLE[status]
+            strike = "text-decoration:line-through;" if status == "clipped" else ""
+            chips.append(
+                f'<span title="{status}" style="background:{background};border:1px solid {border};'
+                f'border-radius:4px;padding:1px 5px;margin:2px;display:inline-block;{strike}">'
+                f"{html.escape(text)}</span>"
+            )
+        matched, total = result.counts[n - 1], result.totals[n - 1]
+        label = f"<b>{n}-grams</b> {matched}/{total}"
+        rows.append(f'<div style="margin:3px 0">{label}: {"".join(chips) or "<i>(none)</i>"}</div>')
+    cells = [f"p{n} = {m}/{t}" for n, (m, t) in enumerate(zip(result.counts, result.totals, strict=True), 1)]
+    factors = (
+        " · ".join(cells)
+        + f" · c = {result.hyp_len}, r = {result.ref_len} · BP = {result.brevity_penalty:.3f}"
+        + f" · <b>sentence BLEU = {result.score:.1f}</b>"
+    )
+    legend = " ".join(
+        f'<span style="background:{_MATCH_STYLE[s][0]};border:1px solid {_MATCH_STYLE[s][1]};'
+        f'border-radius:4px;padding:0 5px">{name}</span>'
+        for s, name in (("match", "in a reference"), ("clipped", "clipped (used up)"), ("miss", "not in a reference"))
+    )
+    return (
+        '<div class="aiayn-bleu" style="line-height:1.9;font-size:0.95em">'
+        + "".join(rows)
+        + f'<div style="margin-top:6px">{factors}</div>'
+        + f'<div style="margin-top:4px;font-size:0.85em">{legend}</div></div>'
+    )
+
+
+def bleu_table(examples, max_order: int = 4):
+    """Sentence BLEU of worked examples, factor by factor, as a pandas DataFrame.
+
+    Args:
+        examples: ``(case, hypothesis, reference)`` triples.
+        max_order: the highest n-gram order.
+
+    Returns:
+        A DataFrame indexed by case with columns hypothesis, reference, p1..p{max_order} (as
+        "matches/n-grams"), c, r, BP and BLEU (``aiayn.bleu.sentence_bleu``, rounded to 1 decimal).
+    """
+    import pandas as pd
+
+    from .bleu import sentence_bleu
+
+    rows = []
+    for case, hypothesis, reference in examples:
+        r = sentence_bleu(hypothesis, reference, max_order=max_order)
+        row = {"case": case, "hypothesis": hypothesis, "reference": reference}
+        row.update({f"p{n}": f"{m}/{t}" for n, (m, t) in enumerate(zip(r.counts, r.totals, strict=True), 1)})
+        row.update({"c": r.hyp_len, "r": r.ref_len, "BP": round(r.brevity_penalty, 3), "BLEU": round(r.score, 1)})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("case")
+
+
+def brevity_penalty_figure(points: dict | None = None):
+    """The brevity penalty BP = min(1, exp(1 − r/c)) against the length ratio c/r.
+
+    Args:
+        points: optional ``label -> c/r`` to mark on the curve.
+
+    Returns:
+        A matplotlib Figure (closed).
+    """
+    import numpy as np
+
+    ratio = np.linspace(0.05, 1.6, 400)
+    bp = np.minimum(1.0, np.exp(1 - 1 / ratio))
+    fig = _closed_figure(6.0, 3.2)
+    ax = fig.subplots()
+    ax.plot(ratio, bp, linewidth=2)
+    ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+    for label, x in (points or {}).items():
+        y = min(1.0, float(np.exp(1 - 1 / x)))
+        ax.plot([x], [y], "o", color="#d6604d")
+        ax.annotate(f"{label}\nBP = {y:.2f}", (x, y), textcoords="offset points", xytext=(8, -22), fontsize=9)
+    ax.set(xlabel="length ratio c / r (hypothesis words / reference words)", ylabel="brevity penalty BP")
+    ax.set_ylim(0, 1.08)
+    ax.set_title("Shorter than the references costs a factor; longer costs nothing", fontsize=10)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def sentence_bleu_histogram(scores, corpus_score: float, bins: int = 20):
+    """Histogram of sentence-level BLEU over a test set, with the corpus BLEU and the mean marked.
+
+    Args:
+        scores: one sentence BLEU per sentence (0..100).
+        corpus_score: the corpus BLEU of the same hypotheses.
+        bins: number of histogram bins over 0..100.
+
+    Returns:
+        A matplotlib Figure (closed).
+    """
+    import numpy as np
+
+    scores = np.asarray([float(s) for s in scores])
+    fig = _closed_figure(6.5, 3.2)
+    ax = fig.subplots()
+    ax.hist(scores, bins=bins, range=(0, 100), color="#9ecae1", edgecolor="white")
+    ax.axvline(scores.mean(), color="#3182bd", linestyle="--", label=f"mean of sentence BLEU = {scores.mean():.1f}")
+    ax.axvline(corpus_score, color="#d6604d", linewidth=2, label=f"corpus BLEU = {corpus_score:.1f}")
+    ax.set(xlabel="sentence BLEU", ylabel="number of sentences")
+    ax.set_title(f"{len(scores)} sentences: sentence BLEU is spread wide", fontsize=10)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def label_smoothing_chart(
+    classes,
+    true_class: str,
+    pad_class: str | None = None,
+    value: float = 0.1,
+    max_value: float = 1.0,
+    step: float = 0.01,
+) -> alt.LayerChart:
+    """Bars of the smoothed training target for one token, with ε on a slider ("ε (label smoothing)").
+
+    The target is computed in the browser: y'_c = (1 − ε) · [c is the true class] + ε / C, PyTorch's
+    convention (``F.cross_entropy(label_smoothing=ε)``). When ``pad_class`` is given, a radio button
+    switches to the Annotated Transformer's convention: the true class gets 1 − ε, the padding class 0,
+    and every other class ε / (C − 2). The true class's bar is drawn in orange; a dashed rule marks 1/C.
+
+    Args:
+        classes: the C class names (tokens), in the order drawn.
+        true_class: the one that is correct.
+        pad_class: the padding token, to offer the Annotated Transformer's convention; ``None``: no switch.
+        value, max_value, step: initial value, largest value and step of the ε slider (smallest: 0).
+
+    Returns:
+        A layered Altair chart that owns the ``eps`` param (and ``convention`` with ``pad_class``).
+    """
+    import pandas as pd
+
+    classes = [str(c) for c in classes]
+    if true_class not in classes or (pad_class is not None and pad_class not in classes):
+        raise ValueError(f"true_class {true_class!r} and pad_class {pad_class!r} must be among the classes {classes}")
+    if pad_class == true_class or len(set(classes)) != len(classes) or len(classes) < 3:
+        raise ValueError(f"need at least 3 distinct classes and pad_class != true_class, got {classes}")
+    if not 0 <= value <= max_value <= 1:
+        raise ValueError(f"need 0 <= value <= max_value <= 1, got {value} and {max_value}")
+    C = len(classes)
+    data = pd.DataFrame(
+        {
+            "position": range(C),
+            "token": classes,
+            "is_true": [int(c == true_class) for c in classes],
+            "is_pad": [int(c == pad_class) for c in classes],
+        }
+    )
+    eps = alt.param(
+        name="eps", value=value, bind=alt.binding_range(min=0, max=max_value, step=step, name="ε (label smoothing) ")
+    )
+    params = [eps]
+    pytorch = f"(1 - eps) * datum.is_true + eps / {C}"
+    target = pytorch
+    if pad_class is not None:
+        options = ["all C classes (PyTorch)", "C − 2 classes (Annotated Transformer)"]
+        convention = alt.param(
+            name="convention", value=options[0], bind=alt.binding_radio(options=options, name="spread ε over ")
+        )
+        params.append(convention)
+        annotated = f"datum.is_pad ? 0 : (datum.is_true ? 1 - eps : eps / {C - 2})"
+        target = f"convention == '{options[0]}' ? {pytorch} : ({annotated})"
+    labels = json.dumps(classes)
+    x = alt.X(
+        "position:O",
+        title=f"class (token); C = {C}",
+        axis=alt.Axis(labelExpr=f"{labels}[datum.value]", labelAngle=0),
+    )
+    y = alt.Y("target:Q", title="target probability y'", scale=alt.Scale(domain=[0, 1]))
+    base = alt.Chart(data).transform_calculate(target=target)
+    bars = base.mark_bar().encode(
+        x=x,
+        y=y,
+        color=alt.condition("datum.is_true == 1", alt.value("#e6550d"), alt.value("#4c78a8")),
+        tooltip=[alt.Tooltip("token:N"), alt.Tooltip("target:Q", format=".4f")],
+    )
+    values = base.mark_text(dy=-6, fontSize=11).encode(x=x, y=y, text=alt.Text("target:Q", format=".3f"))
+    uniform = alt.Chart(pd.DataFrame({"u": [1 / C]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="u:Q")
+    return (
+        alt.layer(uniform, bars, values)
+        .add_params(*params)
+        .properties(
+            title=f'Training target when the next token is "{true_class}" (orange); dashed: uniform 1/C',
+            width=max(300, 52 * C),
+            height=230,
+        )
+    )
+
+
+def smoothing_loss_figure(C: int, eps_values=(0.0, 0.1, 0.2)):
+    """The lowest loss reachable at each confidence p(true), with and without label smoothing.
+
+    For a model that puts p on the true class and spreads 1 − p evenly over the other C − 1 (the best
+    it can do for a given p), the smoothed cross-entropy is L(p) = −a·log p − (1 − a)·log((1 − p)/(C − 1))
+    with a = 1 − ε + ε/C. Without smoothing (a = 1) it falls all the way to 0 at p = 1; with smoothing it
+    has its minimum at p = a (dots) and rises again after it.
+
+    Args:
+        C: number of classes.
+        eps_values: the ε of each curve.
+
+    Returns:
+        A matplotlib Figure (closed).
+    """
+    import numpy as np
+
+    p = np.linspace(0.02, 0.9995, 800)
+    fig = _closed_figure(6.5, 3.6)
+    ax = fig.subplots()
+    for eps in eps_values:
+        a = 1 - eps + eps / C
+        rest = (1 - a) * np.log((1 - p) / (C - 1)) if eps > 0 else 0.0
+        loss = -a * np.log(p) - rest
+        (line,) = ax.plot(p, loss, linewidth=2, label=f"ε = {eps:g}")
+        if eps > 0:
+            best = -a * np.log(a) - (1 - a) * np.log((1 - a) / (C - 1))
+            ax.plot([a], [best], "o", color=line.get_color())
+            ax.annotate(f"min at p = {a:.3f}", (a, best), textcoords="offset points", xytext=(-95, 12), fontsize=9)
+    ax.set_ylim(0, 3)
+    ax.set(xlabel="p(true class), the model's confidence in the right token", ylabel="loss (nats per token)")
+    ax.set_title(f"Smoothed cross-entropy against confidence (C = {C})", fontsize=10)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def reliability_figure(results: dict, title: str = "Reliability on held-out data"):
+    """Reliability diagrams (top) and confidence histograms (bottom), one column per model.
+
+    Top: for each confidence bin, a bar up to the accuracy of the predictions in it; the dashed diagonal
+    is perfect calibration, and the red part of a bar is the gap to the bin's mean confidence (a bar
+    below its bin's confidence means over-confidence). Bottom: the share of predictions in each bin.
+
+    Args:
+        results: ``label -> aiayn.calibration.ReliabilityBins``.
+        title: the figure title.
+
+    Returns:
+        A matplotlib Figure (closed).
+    """
+    import numpy as np
+
+    fig = _closed_figure(4.2 * len(results), 5.6)
+    axes = fig.subplots(2, len(results), squeeze=False, height_ratios=[2.2, 1], sharex=True)
+    for k, (label, bins) in enumerate(results.items()):
+        edges = bins.edges.numpy()
+        width = edges[1] - edges[0]
+        left = edges[:-1]
+        filled = bins.count.numpy() > 0
+        acc, conf = bins.accuracy.numpy(), bins.confidence.numpy()
+        top, low = axes[0, k], axes[1, k]
+        top.bar(
+            left[filled], acc[filled], width=width, align="edge", color="#4c78a8", edgecolor="white", label="accuracy"
+        )
+        gap_low, gap_high = np.minimum(acc, conf), np.maximum(acc, conf)
+        top.bar(
+            left[filled],
+            (gap_high - gap_low)[filled],
+            bottom=gap_low[filled],
+            width=width,
+            align="edge",
+            color="#d6604d",
+            alpha=0.45,
+            edgecolor="white",
+            label="gap to confidence",
+        )
+        top.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
+        top.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy in the bin" if k == 0 else None)
+        top.set_title(f"{label}\nECE = {bins.ece:.3f}", fontsize=10)
+        top.legend(fontsize="x-small", loc="upper left")
+        low.bar(left, bins.weight.numpy(), width=width, align="edge", color="#9ecae1", edgecolor="white")
+        low.set(xlabel="confidence (largest probability)", ylabel="share of predictions" if k == 0 else None)
+    fig.suptitle(title, fontsize=11)
+    return fig
+
+
+__all__ += [
+    "bleu_match_html",
+    "bleu_table",
+    "brevity_penalty_figure",
+    "sentence_bleu_histogram",
+    "label_smoothing_chart",
+    "smoothing_loss_figure",
+    "reliability_figure",
+]
