@@ -1,13 +1,10 @@
 """Tests for the chart helpers of chapters 1 and 2 (why attention, embeddings): specs, params, data.
 
-Nothing is rendered. Where Node.js and the site's Vega packages are installed (``npm ci``), the
-interactive charts' Vega expressions are also evaluated and compared with the formulas they draw.
+Nothing is rendered. The interactive charts' Vega expressions are evaluated with the site's own
+Vega packages under Node.js (``tests/vega_runner.py``) and compared with the formulas they draw.
 """
 
-import json
 import math
-import shutil
-import subprocess
 from pathlib import Path
 
 import matplotlib
@@ -18,45 +15,13 @@ from torch.testing import assert_close
 
 matplotlib.use("Agg")
 
+from vega_runner import vega_rows  # noqa: E402
+
 from aiayn import viz  # noqa: E402
 from aiayn.embeddings import sinusoidal_encoding  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-HAVE_VEGA = shutil.which("node") is not None and (ROOT / "node_modules" / "vega-lite" / "package.json").exists()
-needs_vega = pytest.mark.skipif(not HAVE_VEGA, reason="needs node and the site's Vega packages (npm ci)")
-
-# Compile a Vega-Lite spec, set signals, run the dataflow, print the rows of every dataset as JSON.
-RUN_VEGA_JS = """
-import fs from 'fs';
-const root = process.argv[1];
-const vega = await import(root + '/node_modules/vega/index.js');
-const vl = await import(root + '/node_modules/vega-lite/build/index.js');
-const {spec, signals} = JSON.parse(fs.readFileSync(0, 'utf8'));
-const compiled = vl.compile(spec).spec;
-const view = new vega.View(vega.parse(compiled), {renderer: 'none'});
-for (const [name, value] of Object.entries(signals)) view.signal(name, value);
-await view.runAsync();
-const out = {};
-for (const d of compiled.data || []) {
-  out[d.name] = view.data(d.name).map(
-    row => Object.fromEntries(Object.entries(row).filter(([, v]) => typeof v !== 'object')));
-}
-console.log(JSON.stringify(out));
-"""
-
-
-def run_vega(chart, **signals) -> list[dict]:
-    """All rows of all datasets of ``chart`` after Vega's dataflow ran with ``signals`` set."""
-    payload = json.dumps({"spec": chart.to_dict(), "signals": signals})
-    result = subprocess.run(
-        ["node", "--input-type=module", "-e", RUN_VEGA_JS, str(ROOT)],
-        input=payload,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return [row for rows in json.loads(result.stdout).values() for row in rows]
+run_vega = vega_rows
 
 
 def walk(spec):
@@ -149,7 +114,6 @@ def test_table1_chart_sliders_and_no_embedded_data():
     assert "sequence length n (tokens, log scale)" in axis_titles(spec)
 
 
-@needs_vega
 def test_table1_chart_computes_table_1_in_the_browser():
     rows = run_vega(viz.table1_chart(), d=64, k=4, r=8)
     points = {(row["kind"], row["n"]): row for row in rows if "ops" in row}
@@ -189,7 +153,6 @@ def test_embedding_scale_chart_slider_and_no_embedded_data():
     assert "d_model (width, log scale)" in axis_titles(spec)
 
 
-@needs_vega
 def test_embedding_scale_chart_matches_measured_norms():
     rows = [row for row in run_vega(viz.embedding_scale_chart(), V=10000) if "ratio" in row and "init" in row]
     by_init = {}

@@ -1,59 +1,22 @@
 """Tests for the chart helpers of chapters 3 and 4 (positional encoding, masking): specs, params, sliders.
 
-Nothing is rendered here. Where Node.js and the site's Vega packages are installed (``npm ci``), the
-charts' Vega expressions are also evaluated and compared with ``aiayn.embeddings`` and ``aiayn.masks``.
+Nothing is rendered here. The charts' Vega expressions are evaluated with the site's own Vega
+packages under Node.js (``tests/vega_runner.py``) and compared with ``aiayn.embeddings`` and ``aiayn.masks``.
 """
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from torch.testing import assert_close
+from vega_runner import vega_data
 
 from aiayn import viz
 from aiayn.embeddings import sinusoidal_encoding
 from aiayn.masks import decoder_mask, padding_mask, subsequent_mask
 
 ROOT = Path(__file__).resolve().parent.parent
-HAVE_VEGA = shutil.which("node") is not None and (ROOT / "node_modules" / "vega-lite" / "package.json").exists()
-
-# Compile a Vega-Lite spec, set signals, run the dataflow and print every dataset as JSON.
-VEGA_DATA_JS = """
-import fs from 'fs';
-const root = process.argv[1];
-const vega = await import(root + '/node_modules/vega/index.js');
-const vl = await import(root + '/node_modules/vega-lite/build/index.js');
-const {spec, signals} = JSON.parse(fs.readFileSync(0, 'utf8'));
-const compiled = vl.compile(spec).spec;
-const view = new vega.View(vega.parse(compiled), {renderer: 'none'});
-for (const [name, value] of Object.entries(signals)) view.signal(name, value);
-await view.runAsync();
-const out = {};
-for (const d of compiled.data || []) {
-  out[d.name] = view.data(d.name).map(
-    row => Object.fromEntries(Object.entries(row).filter(([, v]) => typeof v !== 'object')));
-}
-console.log(JSON.stringify(out));
-"""
-
-
-def vega_data(chart, **signals) -> dict[str, list[dict]]:
-    """Every dataset of ``chart`` after the browser's dataflow has run with ``signals`` set."""
-    payload = json.dumps({"spec": chart.to_dict(), "signals": signals})
-    result = subprocess.run(
-        ["node", "--input-type=module", "-e", VEGA_DATA_JS, str(ROOT)],
-        input=payload,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(result.stdout)
-
-
 def params_by_name(spec: dict) -> dict[str, dict]:
     return {p["name"]: p for p in spec.get("params", [])}
 
@@ -213,7 +176,6 @@ def test_positional_encoding_chart_rejects_bad_ranges():
         viz.positional_encoding_chart(max_positions=80, max_d_model=100)
 
 
-@pytest.mark.skipif(not HAVE_VEGA, reason="needs node and the site's npm packages (npm ci)")
 @pytest.mark.parametrize(("d_model", "positions", "dimension"), [(16, 12, 5), (64, 40, 30), (8, 10, 100)])
 def test_positional_encoding_chart_values_match_the_package(d_model, positions, dimension):
     chart = viz.positional_encoding_chart()
@@ -261,7 +223,6 @@ def test_mask_chart_rejects_bad_max_len(max_len):
         viz.mask_chart(max_len=max_len)
 
 
-@pytest.mark.skipif(not HAVE_VEGA, reason="needs node and the site's npm packages (npm ci)")
 @pytest.mark.parametrize(
     ("kind", "seq_len", "n_pad"),
     [
