@@ -1,0 +1,308 @@
+"""aiayn.recipes, aiayn.train, aiayn.evaluate and aiayn.bench: the pipeline end to end on the smoke preset."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from aiayn import bench
+from aiayn import evaluate as evaluate_cli
+from aiayn import train as train_cli
+from aiayn.attention import set_fused
+from aiayn.bench import CONTENDERS, TorchTransformer, run_bench, synthetic_batches, training_flops
+from aiayn.data import EOS, PAD, SHA256
+from aiayn.model import Transformer, TransformerConfig
+from aiayn.recipes import (
+    PRESETS,
+    ResumeError,
+    TrainConfig,
+    average_checkpoints,
+    evaluate,
+    get_preset,
+    load_run,
+    train,
+    translate,
+)
+from aiayn.training import LabelSmoothingLoss, save_checkpoint
+
+SMOKE = PRESETS["multi30k-smoke"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and much faster when other processes share the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    folder = Path(os.environ.get("AIAYN_DATA") or Path(__file__).resolve().parents[1].parent / "shared/data/multi30k")
+    missing = [name for name in SHA256 if not (folder / name).is_file()]
+    if missing:
+        pytest.fail(
+            f"Multi30k files {missing} are missing from {folder}. These tests train on the real data: "
+            "set AIAYN_DATA to the folder that holds the six *.gz files (see aiayn.data.load_multi30k)."
+        )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """Tokenizers are cached in a temporary folder, not in ~/.cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, root, cache):
+    out = tmp_path_factory.mktemp("smoke")
+    summary = train("multi30k-smoke", out, root=root, device="cpu", progress=False)
+    return out, summary
+
+
+def read_log(run: Path, event: str) -> list[dict]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["event"] == event]
+
+
+# --- The smoke preset end to end -------------------------------------------------------------------
+
+
+def test_smoke_run_writes_its_files_and_the_loss_falls(smoke_run):
+    out, summary = smoke_run
+    for name in ("config.json", "tokenizer.model", "checkpoint.pt", "metrics.jsonl", "summary.json"):
+        assert (out / name).is_file(), name
+    assert TrainConfig.from_dict(json.loads((out / "config.json").read_text())) == SMOKE
+    assert [p.name for p in sorted(out.glob("epoch-*.pt"))] == ["epoch-002.pt", "epoch-003.pt"]  # the last 2 kept
+
+    steps = read_log(out, "step")
+    assert [r["step"] for r in steps] == list(range(1, summary["steps"] + 1))
+    losses = [r["loss"] for r in steps]
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 1.5, f"the loss did not fall enough: {first:.2f} -> {last:.2f}"
+    assert all(r["tokens_per_s"] > 0 and r["lr"] > 0 for r in steps)
+
+    evals = read_log(out, "eval")
+    assert [r["epoch"] for r in evals] == [0, 1, 2] and all(r["epoch_done"] for r in evals)
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]
+    assert evals[-1]["val_ppl"] == pytest.approx(math.exp(evals[-1]["val_loss"]))
+
+    assert summary["epochs_done"] == SMOKE.epochs and summary["steps_this_run"] == summary["steps"]
+    assert summary["tokens_per_s"] > 0 and summary["device"] == "cpu" and summary["torch"] == torch.__version__
+    assert summary["val_loss"] == evals[-1]["val_loss"]
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_evaluate_scores_the_preset_subset(smoke_run, root):
+    out, _ = smoke_run
+    result = evaluate(out, root=root)  # the preset's 100 sentences, beam 2, last two epochs averaged
+    lines = (out / "test2016.hyp.en").read_text().split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == SMOKE.test_subset == result["sentences"]
+    assert result["checkpoints"] == ["epoch-002.pt", "epoch-003.pt"]
+    assert result["bleu"] == pytest.approx(result["sacrebleu"], abs=1e-9)  # our BLEU is sacreBLEU's
+    assert result["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert result["ppl"] == pytest.approx(math.exp(result["loss"]))
+    assert json.loads((out / "results.json").read_text())["test2016"] == result
+
+
+def test_evaluate_writes_one_line_per_sentence_of_the_whole_split(smoke_run, root, tmp_path):
+    # A copy of the run whose generator always says <eos> first: all 1000 sentences decode in one step,
+    # to empty strings, each still on its own line.
+    out = tmp_path / "run"
+    shutil.copytree(smoke_run[0], out)
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
+    checkpoint["model"]["generator.bias"][EOS] = 1e4
+    torch.save(checkpoint, out / "checkpoint.pt")
+    result = evaluate(out, beam=1, limit=None, average=False, root=root)
+    assert result["sentences"] == 1000 and result["checkpoints"] == ["checkpoint.pt"]
+    assert (out / "test2016.hyp.en").read_text() == "\n" * 1000
+    assert result["bleu"] == 0.0
+
+
+def test_translate_returns_outputs_in_input_order(smoke_run):
+    _, tokenizer, model, _ = load_run(smoke_run[0])
+    sentences = [
+        "Ein Mann fährt Fahrrad.",
+        "Zwei kleine Kinder spielen im Sand am Strand, während ihre Eltern zuschauen.",
+        "Ein Hund.",
+        "Eine Frau mit einem roten Hut verkauft Blumen auf einem Markt.",
+        "Leute stehen draußen.",
+    ]
+    batched = translate(model, tokenizer, sentences, beam=2, batch_size=2, max_len_a=1.1, max_len_b=5)
+    one_by_one = [translate(model, tokenizer, [s], beam=2, max_len_a=1.1, max_len_b=5)[0] for s in sentences]
+    assert batched == one_by_one
+    assert translate(model, tokenizer, []) == []
+    with pytest.raises(TypeError, match="list of str"):
+        translate(model, tokenizer, "Ein Hund.")
+
+
+def test_resume_continues_exactly_where_the_run_stopped(tmp_path, root, cache):
+    cfg = replace(SMOKE, val_subset=20)
+    straight = train(replace(cfg, max_steps=8), tmp_path / "straight", root=root, device="cpu", progress=False)
+    train(replace(cfg, max_steps=4), tmp_path / "resumed", root=root, device="cpu", progress=False)
+    assert [r["step"] for r in read_log(tmp_path / "resumed", "step")] == [1, 2, 3, 4]
+    resumed = train(replace(cfg, max_steps=8), tmp_path / "resumed", root=root, device="cpu", progress=False)
+
+    assert resumed["resumed_from_step"] == 4 and resumed["steps_this_run"] == 4 and resumed["steps"] == 8
+    log_straight, log_resumed = read_log(tmp_path / "straight", "step"), read_log(tmp_path / "resumed", "step")
+    assert [r["step"] for r in log_resumed] == list(range(1, 9))
+    assert [r["loss"] for r in log_resumed] == pytest.approx([r["loss"] for r in log_straight], rel=1e-6)
+    assert resumed["val_loss"] == pytest.approx(straight["val_loss"], rel=1e-6)
+
+    with pytest.raises(ResumeError, match=r"d_model: 64 -> 32"):
+        train(replace(cfg, d_model=32, max_steps=8), tmp_path / "resumed", root=root, device="cpu", progress=False)
+
+
+# --- Speed features give the same numbers -----------------------------------------------------------
+
+
+def tiny_model(dropout: float = 0.0) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(50, 50, d_model=32, d_ff=64, h=4, N=2, dropout=dropout, share_embeddings=True))
+
+
+def batch_loss(model, batch) -> torch.Tensor:
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
+    return LabelSmoothingLoss(0.1, ignore_index=PAD)(logits, batch.tgt_out)
+
+
+def test_fused_attention_gives_the_explicit_loss_and_gradients():
+    model = tiny_model()
+    batch = synthetic_batches(1, 400, 12, 50, seed=1)[0]  # sentences of 6..12 tokens: padding in every batch
+    losses, grads = [], []
+    for fused in (False, True):
+        set_fused(model, fused)
+        model.zero_grad()
+        loss = batch_loss(model, batch)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5)
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=1e-4)
+
+
+def test_bf16_autocast_on_cpu_stays_close_to_float32():
+    model = tiny_model()
+    batch = synthetic_batches(1, 400, 12, 50, seed=2)[0]
+    full = batch_loss(model, batch).item()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = batch_loss(model, batch).item()
+    assert half == pytest.approx(full, rel=2e-2)
+
+
+def test_nn_transformer_wrapper_matches_our_model():
+    model = tiny_model(dropout=0.1).eval()
+    theirs = TorchTransformer(model).eval()
+    assert sum(p.numel() for p in theirs.parameters()) == sum(p.numel() for p in model.parameters())
+    assert theirs.generator.weight is theirs.src_embed[0].weight  # tied and shared, as in ours
+    batch = synthetic_batches(1, 400, 12, 50, seed=3)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            theirs(batch.src, batch.tgt_in), model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        )
+
+
+def test_training_flops_match_pytorchs_flop_counter():
+    model = tiny_model()
+    src = torch.randint(4, 50, (3, 7))  # no padding: every position is a real token
+    tgt = torch.randint(4, 50, (3, 5))
+    with FlopCounterMode(display=False) as counter:
+        model(src, tgt).sum().backward()
+    assert training_flops(model.config, [7, 7, 7], [5, 5, 5]) == counter.get_total_flops()
+
+
+# --- The benchmark ---------------------------------------------------------------------------------
+
+
+def test_bench_runs_three_contenders_on_cpu(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["--device", "cpu", "--d-model", "32", "--d-ff", "64", "--heads", "4", "--layers", "1", "--vocab", "100"]
+    rows = bench.main(
+        [*argv, "--max-tokens", "256", "--seq-len", "8", "--steps", "2", "--warmup", "1", "--json", str(path)]
+    )
+    assert [r["name"] for r in rows] == list(CONTENDERS)
+    assert len({r["params"] for r in rows}) == 1
+    assert all(r["tokens_per_s"] > 0 and r["tflops"] > 0 and r["mfu"] is None for r in rows)
+    assert rows[0]["loss"] == pytest.approx(rows[1]["loss"], abs=1e-5)  # same weights, batches and dropout draws
+    assert json.loads(path.read_text()) == rows
+    printed = capsys.readouterr().out
+    assert "| ours (fused) |" in printed and "n/a" in printed
+
+    (row,) = run_bench("cpu", 32, 64, 4, 1, 100, 256, 8, steps=1, warmup=0, peak=1.0, contenders=["ours (fused)"])
+    assert row["mfu"] == pytest.approx(row["tflops"] / 1.0)
+    with pytest.raises(ValueError, match="unknown contenders"):
+        run_bench("cpu", contenders=["mine"])
+
+
+def test_peak_table_matches_device_names():
+    assert bench.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert bench.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert bench.peak_tflops("NVIDIA H200") == 989.0
+    assert bench.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert bench.peak_tflops("Some CPU") is None
+
+
+# --- Configs, checkpoints, command lines ------------------------------------------------------------
+
+
+def test_presets_and_their_errors():
+    assert set(PRESETS) == {"multi30k", "multi30k-smoke"}
+    assert get_preset("multi30k", max_steps=10).max_steps == 10
+    with pytest.raises(ValueError, match="unknown preset 'nope'; the presets are: multi30k, multi30k-smoke"):
+        get_preset("nope")
+    with pytest.raises(ValueError, match="amp must be 'auto', 'bf16' or None, got 'fp16'"):
+        TrainConfig(amp="fp16")
+    with pytest.raises(ValueError, match="d_model must be divisible by h"):
+        TrainConfig(d_model=100, h=8)
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1, got 0"):
+        TrainConfig(max_tokens=0)
+    with pytest.raises(ValueError, match=r"unknown TrainConfig fields \['colour'\]"):
+        TrainConfig.from_dict({**asdict(SMOKE), "colour": "red"})
+
+
+def test_average_checkpoints_is_the_mean(tmp_path):
+    a, b = tiny_model(), tiny_model()
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(1.0)
+    save_checkpoint(tmp_path / "a.pt", a)
+    save_checkpoint(tmp_path / "b.pt", b)
+    mean = average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    for name, value in a.state_dict().items():
+        torch.testing.assert_close(mean[name], value + 0.5)
+    with pytest.raises(ValueError, match="at least one checkpoint"):
+        average_checkpoints([])
+
+
+@pytest.mark.parametrize("cli", [train_cli, evaluate_cli, bench])
+def test_command_lines_have_help(cli, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "usage: python -m aiayn." in capsys.readouterr().out
+
+
+def test_train_command_rejects_an_unknown_preset(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_cli.main(["--preset", "nope", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "unknown preset 'nope'; the presets are: multi30k, multi30k-smoke" in capsys.readouterr().err
+
+
+def test_evaluate_command_prints_both_scores(smoke_run, root, capsys):
+    evaluate_cli.main([str(smoke_run[0]), "--limit", "5", "--beam", "1", "--data", str(root), "--split", "val"])
+    printed = capsys.readouterr().out
+    assert "our BLEU:" in printed and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
+    assert len((smoke_run[0] / "val.hyp.en").read_text().splitlines()) == 5
