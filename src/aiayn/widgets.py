@@ -182,3 +182,235 @@ def positional_encoding_explorer(max_len: int = 200, max_d_model: int = 512) -> 
 
 
 __all__ += ["positional_encoding_explorer"]
+
+
+# --- Chapter 9, BLEU: a calculator with the n-gram matches highlighted -----------------------------
+
+
+class BleuCalculator(ipywidgets.VBox):
+    """Type a hypothesis and its reference(s); see every n-gram match and each factor of BLEU.
+
+    Each change redraws ``aiayn.viz.bleu_match_html``: the hypothesis n-grams coloured by whether a
+    reference has them (clipped ones marked), the modified precisions, c, r, the brevity penalty and
+    the sentence BLEU of ``aiayn.bleu.sentence_bleu``.
+
+    Args:
+        hypothesis: the initial hypothesis.
+        reference: the initial reference; several references go on separate lines.
+        lowercase: whether the "lowercase" box starts ticked.
+
+    Attributes:
+        hypothesis, reference: the ``Text`` and ``Textarea`` widgets.
+        lowercase: the ``Checkbox``.
+        html: the ``HTML`` widget with the matches and factors.
+        result: the ``BLEUResult`` drawn last (``None`` while a box is empty).
+    """
+
+    def __init__(self, hypothesis: str = "", reference: str = "", lowercase: bool = False):
+        if not isinstance(hypothesis, str) or not isinstance(reference, str):
+            raise TypeError(
+                f"hypothesis and reference must be str, got {type(hypothesis).__name__} and {type(reference).__name__}"
+            )
+        wide = ipywidgets.Layout(width="95%")
+        style = {"description_width": "initial"}
+        self.hypothesis = ipywidgets.Text(value=hypothesis, description="hypothesis", layout=wide, style=style)
+        self.reference = ipywidgets.Textarea(
+            value=reference,
+            description="reference(s), one per line",
+            layout=ipywidgets.Layout(width="95%", height="4.5em"),
+            style=style,
+        )
+        self.lowercase = ipywidgets.Checkbox(value=lowercase, description="lowercase both sides", indent=False)
+        self.html = ipywidgets.HTML()
+        self.result = None
+        super().__init__([self.hypothesis, self.reference, self.lowercase, self.html])
+        for control in (self.hypothesis, self.reference, self.lowercase):
+            control.observe(self._on_change, names="value")
+        self.redraw()
+
+    def _on_change(self, change) -> None:
+        self.redraw()
+
+    @property
+    def references(self) -> list[str]:
+        """The non-empty lines of the reference box."""
+        return [line for line in self.reference.value.splitlines() if line.strip()]
+
+    def redraw(self) -> None:
+        """Score the current texts and redraw the matches and factors."""
+        from .bleu import sentence_bleu
+        from .viz import bleu_match_html
+
+        refs, hyp = self.references, self.hypothesis.value
+        if not refs or not hyp.strip():
+            self.result = None
+            self.html.value = "<i>Type a hypothesis and at least one reference.</i>"
+            return
+        self.result = sentence_bleu(hyp, refs, lowercase=self.lowercase.value)
+        self.html.value = bleu_match_html(hyp, refs, lowercase=self.lowercase.value)
+
+
+__all__ += ["BleuCalculator"]
+
+
+# --- Chapter 11, translating Multi30k: a translator with its cross-attention ----------------------
+
+
+class Translator(ipywidgets.VBox):
+    """Type German, get English from a trained model, and see where each output token looked in the source.
+
+    With temperature 0 the output is beam search with the beam slider's K (K = 1: greedy decoding), as in
+    ``aiayn.recipes.translate``; with a temperature above 0 each token is sampled from
+    softmax(logits / T) (``aiayn.decoding.sample``) with a generator seeded by ``seed``, so the same
+    settings give the same sample. The picture is the cross-attention of the chosen decoder layer,
+    averaged over its heads, when the model reads its own output back (teacher forcing on the explicit
+    attention path): row i is where the decoder looked in the source while writing output token i.
+
+    Args:
+        model: a trained ``aiayn.model.Transformer`` (its device is used).
+        tokenizer: the run's ``aiayn.data.Tokenizer``.
+        text: the German sentence shown first.
+        beam: the beam size shown first; ``max_beam`` is the slider's end.
+        length_penalty: α of beam search.
+        max_len_a, max_len_b: outputs stop after ``a · S + b`` tokens (capped at the model's ``max_len``).
+        seed: seeds the sampler.
+
+    Attributes:
+        text, beam, temperature, layer: the controls (``Text``, ``IntSlider``, ``FloatSlider``, ``IntSlider``).
+        output: an ``HTML`` line with the translation.
+        image: the ``Image`` widget holding the PNG of the cross-attention map.
+        translation: the last translation (a string); ``weights`` its ``(T, S)`` map, ``src_pieces`` and
+            ``out_pieces`` the labels of its columns and rows.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        text: str = "Zwei Hunde spielen im Schnee.",
+        beam: int = 4,
+        max_beam: int = 8,
+        length_penalty: float = 0.6,
+        max_len_a: float = 1.0,
+        max_len_b: int = 50,
+        seed: int = 0,
+    ):
+        if not 1 <= beam <= max_beam:
+            raise ValueError(f"need 1 <= beam <= max_beam, got beam={beam}, max_beam={max_beam}")
+        if not hasattr(model, "attention_maps") or not hasattr(tokenizer, "encode"):
+            raise TypeError(
+                "expected an aiayn Transformer and Tokenizer, "
+                f"got {type(model).__name__} and {type(tokenizer).__name__}"
+            )
+        self.model, self.tokenizer = model, tokenizer
+        self.length_penalty, self.max_len_a, self.max_len_b, self.seed = length_penalty, max_len_a, max_len_b, seed
+        self.translation, self.weights, self.src_pieces, self.out_pieces = "", None, [], []
+        common = {"continuous_update": False, "style": {"description_width": "initial"}}
+        self.text = ipywidgets.Text(value=text, description="German", layout=ipywidgets.Layout(width="100%"), **common)
+        self.beam = ipywidgets.IntSlider(value=beam, min=1, max=max_beam, description="beam size K", **common)
+        self.temperature = ipywidgets.FloatSlider(
+            value=0.0, min=0.0, max=2.0, step=0.1, description="temperature T", readout_format=".1f", **common
+        )
+        N = model.config.N
+        self.layer = ipywidgets.IntSlider(value=N, min=1, max=N, description="decoder layer", **common)
+        self.output = ipywidgets.HTML()
+        self.image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
+        note = ipywidgets.HTML(
+            "<b>T = 0: beam search (K = 1 is greedy); T &gt; 0: sampling</b> (needs a running kernel)"
+        )
+        wrap = ipywidgets.Layout(flex_flow="row wrap")
+        controls = ipywidgets.HBox([self.beam, self.temperature, self.layer], layout=wrap)
+        super().__init__([note, self.text, controls, self.output, self.image])
+        for control in (self.text, self.beam, self.temperature, self.layer):
+            control.observe(self._on_change, names="value")
+        self.redraw()
+
+    def _on_change(self, change) -> None:
+        self.redraw()
+
+    def translate(self, text: str, beam: int | None = None, temperature: float | None = None):
+        """Translate one sentence; ``beam`` and ``temperature`` default to the controls' values.
+
+        Returns:
+            ``(translation, src, out)``: the English string, the ``(1, S)`` source ids (``<eos>`` last) and
+            the ``(1, L)`` output ids (``<bos>`` first).
+        """
+        import torch
+
+        from .data import BOS, EOS
+        from .decoding import beam_search, greedy_decode, sample
+
+        beam = self.beam.value if beam is None else beam
+        temperature = self.temperature.value if temperature is None else temperature
+        device = next(self.model.parameters()).device
+        max_len = self.model.config.max_len
+        ids = self.tokenizer.encode(text)[: max_len - 1] + [EOS]
+        src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
+        limit = min(int(self.max_len_a * len(ids) + self.max_len_b) + 1, max_len)  # + 1 for <bos>
+        if temperature > 0:
+            generator = torch.Generator(device=device).manual_seed(self.seed)
+            out = sample(self.model, src, None, limit, BOS, EOS, temperature=temperature, generator=generator)
+        elif beam == 1:
+            out = greedy_decode(self.model, src, None, limit, BOS, EOS)  # (1, L)
+        else:
+            out = beam_search(self.model, src, None, limit, BOS, EOS, beam, self.length_penalty).tokens  # (1, L)
+        return self.tokenizer.decode(out[0].cpu()), src, out
+
+    def cross_attention(self, src, out):
+        """The ``(N, h, T, S)`` cross-attention of ``model`` reading ``out`` back, and the T output tokens it predicts.
+
+        Args:
+            src: ``(1, S)`` source ids.
+            out: ``(1, L)`` output ids from a decoder, ``<bos>`` first.
+        """
+        import torch
+
+        from .attention import set_fused
+        from .data import EOS
+
+        row = out[0].tolist()
+        end = row.index(EOS) + 1 if EOS in row else len(row)
+        targets = row[1:end]  # what the decoder wrote, <eos> included when it got there
+        tgt_in = out[:, : len(targets)]  # (1, T): <bos> and every written token but the last
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad(), set_fused(self.model, False):
+            self.model(src, tgt_in)
+            maps = torch.stack([m[0] for m in self.model.attention_maps()["cross"]])  # (N, h, T, S)
+        self.model.train(was_training)
+        return maps, targets
+
+    def redraw(self) -> None:
+        """Translate the text with the controls' settings and redraw the line and the map."""
+        import html
+
+        from .viz import attention_heatmap
+
+        self.beam.disabled = self.temperature.value > 0
+        text = self.text.value.strip()
+        if not text:
+            self.output.value = "<i>type a German sentence</i>"
+            return
+        self.translation, src, out = self.translate(text)
+        maps, targets = self.cross_attention(src, out)
+        how = f"sampled at T = {self.temperature.value:.1f}" if self.temperature.value > 0 else (
+            "greedy" if self.beam.value == 1 else f"beam search, K = {self.beam.value}")  # fmt: skip
+        self.output.value = f"<b>English</b> ({how}): {html.escape(self.translation) or '<i>(empty)</i>'}"
+        self.src_pieces = [self.tokenizer.id_to_piece(i) for i in src[0].tolist()]
+        self.out_pieces = [self.tokenizer.id_to_piece(i) for i in targets]
+        if not targets:
+            self.weights = None
+            self.image.value = b""
+            return
+        self.weights = maps[self.layer.value - 1].mean(dim=0).cpu()  # (T, S), averaged over heads
+        title = f"cross-attention, decoder layer {self.layer.value}, mean of {maps.size(1)} heads"
+        ax = attention_heatmap(self.weights, self.out_pieces, self.src_pieces, title=title,
+                               annotate=self.weights.numel() <= 150)  # fmt: skip
+        ax.set_xlabel("source piece (attended to)")
+        ax.set_ylabel("output piece (being written)")
+        buffer = io.BytesIO()
+        ax.figure.savefig(buffer, format="png", dpi=72, bbox_inches="tight")
+        self.image.value = buffer.getvalue()
+
+
+__all__ += ["Translator"]
