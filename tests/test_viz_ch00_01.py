@@ -158,7 +158,7 @@ def test_embedding_scale_chart_matches_measured_norms():
     by_init = {}
     for row in rows:
         by_init.setdefault(row["init"], {})[row["d_model"]] = row["ratio"]
-    normal, xavier, t2t = (by_init[name] for name in viz._INITS)
+    normal, xavier, t2t = (by_init[name] for name in viz.foundations._INITS)
     assert min(normal) == 16 and max(normal) == 4096
     for d in (64, 512):  # the formulas against norms measured on real tables
         torch.manual_seed(0)

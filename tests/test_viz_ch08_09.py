@@ -17,7 +17,6 @@ from aiayn.calibration import (  # noqa: E402
     reliability_bins,
 )
 from aiayn.viz import (  # noqa: E402
-    _bleu_ngram_status,
     bleu_match_html,
     bleu_table,
     brevity_penalty_figure,
@@ -26,6 +25,7 @@ from aiayn.viz import (  # noqa: E402
     sentence_bleu_histogram,
     smoothing_loss_figure,
 )
+from aiayn.viz.evaluation import _bleu_ngram_status  # noqa: E402
 from aiayn.widgets import BleuCalculator  # noqa: E402
 
 THANKS = "Thank you so much, my brother"

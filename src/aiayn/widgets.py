@@ -138,7 +138,7 @@ def positional_encoding_explorer(max_len: int = 200, max_d_model: int = 512) -> 
     from matplotlib.patches import Rectangle
 
     from .embeddings import sinusoidal_encoding
-    from .viz import _closed_figure
+    from .viz._figures import _closed_figure
 
     if max_len < 10 or max_d_model < 8 or max_d_model % 8:
         raise ValueError(
