@@ -29,13 +29,7 @@ PAD, BOS, EOS = 0, 1, 2
 V = 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine threads make them far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_model(dropout: float = 0.1, seed: int = 0) -> Transformer:

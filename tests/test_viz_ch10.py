@@ -25,13 +25,7 @@ PAIRS = [
 ] * 5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run much faster on one thread when other processes share the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
