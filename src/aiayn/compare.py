@@ -70,6 +70,23 @@ def _factory(module: nn.Module) -> dict:
     return {"device": p.device, "dtype": p.dtype}
 
 
+def _layer_settings(layer: EncoderLayer | DecoderLayer) -> dict:
+    """Keyword arguments for the PyTorch layer that mirrors ``layer``: sizes, eps, norm order, dropout 0."""
+    d_model, h = _sizes(layer.self_attn)
+    first = layer.sublayers[0]
+    return dict(
+        d_model=d_model,
+        nhead=h,
+        dim_feedforward=layer.feed_forward.w_1.out_features,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_eps=first.norm.eps,
+        batch_first=True,
+        norm_first=first.norm_first,
+        **_factory(layer),
+    )
+
+
 def to_torch_encoder_layer(layer: EncoderLayer) -> nn.TransformerEncoderLayer:
     """An ``nn.TransformerEncoderLayer`` holding a copy of ``layer``'s weights (dropout 0, batch first).
 
@@ -81,19 +98,7 @@ def to_torch_encoder_layer(layer: EncoderLayer) -> nn.TransformerEncoderLayer:
     """
     if not isinstance(layer, EncoderLayer):
         raise TypeError(f"expected an aiayn EncoderLayer, got {type(layer).__name__}")
-    d_model, h = _sizes(layer.self_attn)
-    first = layer.sublayers[0]
-    theirs = nn.TransformerEncoderLayer(
-        d_model,
-        h,
-        layer.feed_forward.w_1.out_features,
-        dropout=0.0,
-        activation="relu",
-        layer_norm_eps=first.norm.eps,
-        batch_first=True,
-        norm_first=first.norm_first,
-        **_factory(layer),
-    )
+    theirs = nn.TransformerEncoderLayer(**_layer_settings(layer))
     _copy_attention(layer.self_attn, theirs.self_attn)
     _copy_feed_forward(layer.feed_forward, theirs)
     _copy_norm(layer.sublayers[0].norm, theirs.norm1)
@@ -112,20 +117,8 @@ def to_torch_decoder_layer(layer: DecoderLayer) -> nn.TransformerDecoderLayer:
     """
     if not isinstance(layer, DecoderLayer):
         raise TypeError(f"expected an aiayn DecoderLayer, got {type(layer).__name__}")
-    d_model, h = _sizes(layer.self_attn)
     _sizes(layer.cross_attn)
-    first = layer.sublayers[0]
-    theirs = nn.TransformerDecoderLayer(
-        d_model,
-        h,
-        layer.feed_forward.w_1.out_features,
-        dropout=0.0,
-        activation="relu",
-        layer_norm_eps=first.norm.eps,
-        batch_first=True,
-        norm_first=first.norm_first,
-        **_factory(layer),
-    )
+    theirs = nn.TransformerDecoderLayer(**_layer_settings(layer))
     _copy_attention(layer.self_attn, theirs.self_attn)
     _copy_attention(layer.cross_attn, theirs.multihead_attn)
     _copy_feed_forward(layer.feed_forward, theirs)

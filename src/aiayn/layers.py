@@ -195,16 +195,10 @@ class DecoderLayer(nn.Module):
         return self.sublayers[2](x, self.feed_forward)
 
 
-class Encoder(nn.Module):
-    """A stack of N encoder layers; a final LayerNorm only when ``norm_first`` (see the module docstring).
+class _Stack(nn.Module):
+    """N copies of one layer type, then a final LayerNorm only when ``norm_first``."""
 
-    Args:
-        d_model, h, d_ff: sizes as in the paper.
-        dropout: P_drop.
-        N: number of layers.
-        norm_first: pre-norm instead of the paper's post-norm.
-        d_k, d_v: per-head widths, default ``d_model // h``.
-    """
+    layer_type: type[nn.Module]
 
     def __init__(
         self,
@@ -220,9 +214,23 @@ class Encoder(nn.Module):
         super().__init__()
         check_positive(N=N)
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v) for _ in range(N)]
+            [self.layer_type(d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v) for _ in range(N)]
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+
+class Encoder(_Stack):
+    """A stack of N encoder layers; a final LayerNorm only when ``norm_first`` (see the module docstring).
+
+    Args:
+        d_model, h, d_ff: sizes as in the paper.
+        dropout: P_drop.
+        N: number of layers.
+        norm_first: pre-norm instead of the paper's post-norm.
+        d_k, d_v: per-head widths, default ``d_model // h``.
+    """
+
+    layer_type = EncoderLayer
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Run the layer (or the stack) over the source.
@@ -239,7 +247,7 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """A stack of N decoder layers; a final LayerNorm only when ``norm_first`` (see the module docstring).
 
     Args:
@@ -250,23 +258,7 @@ class Decoder(nn.Module):
         d_k, d_v: per-head widths, default ``d_model // h``.
     """
 
-    def __init__(
-        self,
-        d_model: int = 512,
-        h: int = 8,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        N: int = 6,
-        norm_first: bool = False,
-        d_k: int | None = None,
-        d_v: int | None = None,
-    ):
-        super().__init__()
-        check_positive(N=N)
-        self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v) for _ in range(N)]
-        )
-        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+    layer_type = DecoderLayer
 
     def forward(
         self,
