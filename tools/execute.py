@@ -1,6 +1,6 @@
 """Re-run chapters top to bottom in place, keeping widget state so ipywidgets render on the website.
 
-Usage: python tools/execute.py book/00_why_attention.ipynb [...]
+Usage: python tools/execute.py book/01_why_attention.ipynb [...]
 Prints the wall time of each chapter.
 """
 
