@@ -36,6 +36,7 @@ test: lint unit nbval site
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check src
 
 # the chart tests evaluate Vega expressions with the site's own packages, so they need node_modules
 unit: $(STAMP) node_modules/.package-lock.json

@@ -6,7 +6,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from aiayn.attention import MultiHeadAttention, scaled_dot_product_attention, set_fused
+from aiayn.attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+    set_fused,
+)
 from aiayn.masks import padding_mask, subsequent_mask
 
 B, h, L_q, L_k, d_k, d_model = 2, 4, 5, 7, 8, 32

@@ -10,10 +10,23 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.decoding import BeamSearchOutput, beam_search, gnmt_length_penalty, greedy_decode, sample
+from aiayn.decoding import (
+    BeamSearchOutput,
+    beam_search,
+    gnmt_length_penalty,
+    greedy_decode,
+    sample,
+)
 from aiayn.masks import decoder_mask, padding_mask
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.training import LabelSmoothingLoss, copy_task_batches, fit, make_optimizer, noam_rate, noam_scheduler
+from aiayn.training import (
+    LabelSmoothingLoss,
+    copy_task_batches,
+    fit,
+    make_optimizer,
+    noam_rate,
+    noam_scheduler,
+)
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12

@@ -6,7 +6,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from aiayn.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding, sinusoidal_encoding
+from aiayn.embeddings import (
+    Embeddings,
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    sinusoidal_encoding,
+)
 
 
 def formula(max_len: int, d_model: int) -> list[list[float]]:

@@ -4,7 +4,12 @@ import pytest
 import torch
 
 from aiayn.checks import check_positive, check_shape, check_token_dtype
-from aiayn.masks import decoder_mask, padding_mask, shift_right, subsequent_mask
+from aiayn.masks import (
+    decoder_mask,
+    padding_mask,
+    shift_right,
+    subsequent_mask,
+)
 
 PAD, BOS, EOS, A, B, C, D = 0, 1, 2, 3, 4, 5, 6
 T, F = True, False

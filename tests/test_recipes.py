@@ -17,7 +17,13 @@ from aiayn import bench
 from aiayn import evaluate as evaluate_cli
 from aiayn import train as train_cli
 from aiayn.attention import set_fused
-from aiayn.bench import CONTENDERS, TorchTransformer, run_bench, synthetic_batches, training_flops
+from aiayn.bench import (
+    CONTENDERS,
+    TorchTransformer,
+    run_bench,
+    synthetic_batches,
+    training_flops,
+)
 from aiayn.data import EOS, PAD, SHA256
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.recipes import (

@@ -14,7 +14,11 @@ matplotlib.use("Agg")
 
 from aiayn.decoding import _filter_top_k, _filter_top_p  # noqa: E402
 from aiayn.training import History, noam_rate  # noqa: E402
-from aiayn.viz import noam_schedule_chart, sampling_filter_chart, training_curves_figure  # noqa: E402
+from aiayn.viz import (  # noqa: E402
+    noam_schedule_chart,
+    sampling_filter_chart,
+    training_curves_figure,
+)
 
 FUNCTIONS = {"exp": math.exp, "pow": pow, "min": min, "max": max}
 

@@ -29,12 +29,18 @@ __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "set_fused"]
 
 def _check_bool_mask(mask: torch.Tensor, name: str = "mask") -> None:
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name}: expected a boolean torch.Tensor, got {type(mask).__name__}")
+        raise TypeError(
+            f"{name}: expected a boolean torch.Tensor, got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool:
-        raise TypeError(f"{name}: expected dtype torch.bool (True = may attend), got {mask.dtype}")
+        raise TypeError(
+            f"{name}: expected dtype torch.bool (True = may attend), got {mask.dtype}"
+        )
 
 
-def _fully_masked_rows(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> torch.Tensor:
+def _fully_masked_rows(
+    mask: torch.Tensor, scores_shape: tuple[int, ...]
+) -> torch.Tensor:
     """Check that ``mask`` broadcasts to the scores and return which query rows have no key left.
 
     Args:
@@ -45,11 +51,15 @@ def _fully_masked_rows(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> tor
     """
     _check_bool_mask(mask)
     try:
-        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(
+            scores_shape
+        )
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} cannot broadcast to scores {tuple(scores_shape)}")
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} cannot broadcast to scores {tuple(scores_shape)}"
+        )
     return ~mask.any(dim=-1, keepdim=True)  # (..., L_q or 1, 1)
 
 
@@ -80,17 +90,25 @@ def scaled_dot_product_attention(
         ``output`` ``(..., L_q, d_v)`` and ``weights`` ``(..., L_q, L_k)`` (after dropout).
     """
     if query.size(-1) != key.size(-1):
-        raise ValueError(f"query and key must share d_k, got query {tuple(query.shape)} and key {tuple(key.shape)}")
+        raise ValueError(
+            f"query and key must share d_k, got query {tuple(query.shape)} and key {tuple(key.shape)}"
+        )
     if key.size(-2) != value.size(-2):
         raise ValueError(
             f"key and value must have the same length, got key {tuple(key.shape)}, value {tuple(value.shape)}"
         )
     if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature!r}")
+        raise ValueError(
+            f"temperature must be positive, got {temperature!r}"
+        )
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / (math.sqrt(d_k) * temperature)  # (..., L_q, L_k)
+    scores = (
+        query @ key.transpose(-2, -1) / (math.sqrt(d_k) * temperature)
+    )  # (..., L_q, L_k)
     if mask is not None:
-        empty = _fully_masked_rows(mask, tuple(scores.shape))  # (..., L_q or 1, 1)
+        empty = _fully_masked_rows(
+            mask, tuple(scores.shape)
+        )  # (..., L_q or 1, 1)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)  # (..., L_q, L_k)
     if mask is not None:
@@ -111,11 +129,22 @@ def _fused_attention(
     """The same computation through PyTorch's fused kernel; fully masked rows give zeros, as above."""
     scale = 1.0 / (math.sqrt(query.size(-1)) * temperature)
     if mask is None:
-        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
-    scores_shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.size(-2), key.size(-2))
+        return F.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout_p, scale=scale
+        )
+    scores_shape = (
+        *torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]),
+        query.size(-2),
+        key.size(-2),
+    )
     empty = _fully_masked_rows(mask, scores_shape)  # (..., L_q or 1, 1)
     output = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=scale
+        query,
+        key,
+        value,
+        attn_mask=mask | empty,
+        dropout_p=dropout_p,
+        scale=scale,
     )  # (..., L_q, d_v)
     return output.masked_fill(empty, 0.0)
 
@@ -152,7 +181,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         check_positive(d_model=d_model, h=h)
         if (d_k is None or d_v is None) and d_model % h != 0:
-            raise ValueError(f"d_model must be divisible by h to give d_k = d_model / h, got d_model={d_model}, h={h}")
+            raise ValueError(
+                f"d_model must be divisible by h to give d_k = d_model / h, got d_model={d_model}, h={h}"
+            )
         self.d_model, self.h = d_model, h
         self.d_k = d_model // h if d_k is None else d_k
         self.d_v = d_model // h if d_v is None else d_v
@@ -166,16 +197,22 @@ class MultiHeadAttention(nn.Module):
         self.temperature = temperature
         self.attn: torch.Tensor | None = None
 
-    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    def _check_inputs(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
-                raise ValueError(f"{name}: expected shape (B, L, {self.d_model}), got {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name}: expected shape (B, L, {self.d_model}), got {tuple(x.shape)}"
+                )
         if not query.size(0) == key.size(0) == value.size(0):
             raise ValueError(
                 f"query, key and value must share the batch size, got {query.size(0)}, {key.size(0)}, {value.size(0)}"
             )
         if key.size(1) != value.size(1):
-            raise ValueError(f"key and value must have the same length, got {key.size(1)} and {value.size(1)}")
+            raise ValueError(
+                f"key and value must have the same length, got {key.size(1)} and {value.size(1)}"
+            )
 
     @staticmethod
     def _mask_for_heads(mask: torch.Tensor) -> torch.Tensor:
@@ -187,10 +224,16 @@ class MultiHeadAttention(nn.Module):
             return mask[:, None]  # (B, 1, L_q, L_k)
         if mask.dim() == 4:
             return mask  # (B, 1 or h, L_q, L_k)
-        raise ValueError(f"mask must have 2, 3 or 4 dimensions, got shape {tuple(mask.shape)}")
+        raise ValueError(
+            f"mask must have 2, 3 or 4 dimensions, got shape {tuple(mask.shape)}"
+        )
 
     def forward(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -208,17 +251,31 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             mask = self._mask_for_heads(mask)
         B, L_q, L_k = query.size(0), query.size(1), key.size(1)
-        q = self.w_q(query).view(B, L_q, self.h, self.d_k).transpose(1, 2)  # (B, h, L_q, d_k)
-        k = self.w_k(key).view(B, L_k, self.h, self.d_k).transpose(1, 2)  # (B, h, L_k, d_k)
-        v = self.w_v(value).view(B, L_k, self.h, self.d_v).transpose(1, 2)  # (B, h, L_k, d_v)
+        q = (
+            self.w_q(query).view(B, L_q, self.h, self.d_k).transpose(1, 2)
+        )  # (B, h, L_q, d_k)
+        k = (
+            self.w_k(key).view(B, L_k, self.h, self.d_k).transpose(1, 2)
+        )  # (B, h, L_k, d_k)
+        v = (
+            self.w_v(value).view(B, L_k, self.h, self.d_v).transpose(1, 2)
+        )  # (B, h, L_k, d_v)
         if self.use_fused:
             dropout_p = self.dropout.p if self.training else 0.0
-            heads = _fused_attention(q, k, v, mask, dropout_p, self.temperature)  # (B, h, L_q, d_v)
+            heads = _fused_attention(
+                q, k, v, mask, dropout_p, self.temperature
+            )  # (B, h, L_q, d_v)
             self.attn = None
         else:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, self.temperature)
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, self.dropout, self.temperature
+            )
             self.attn = weights.detach()  # (B, h, L_q, L_k)
-        concat = heads.transpose(1, 2).contiguous().view(B, L_q, self.h * self.d_v)  # (B, L_q, h * d_v)
+        concat = (
+            heads.transpose(1, 2)
+            .contiguous()
+            .view(B, L_q, self.h * self.d_v)
+        )  # (B, L_q, h * d_v)
         return self.w_o(concat)  # (B, L_q, d_model)
 
     def extra_repr(self) -> str:
@@ -240,7 +297,11 @@ class set_fused:  # lower case like torch.set_grad_enabled, which it imitates
     """
 
     def __init__(self, model: nn.Module, enabled: bool = True):
-        self.previous = [(m, m.use_fused) for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        self.previous = [
+            (m, m.use_fused)
+            for m in model.modules()
+            if isinstance(m, MultiHeadAttention)
+        ]
         for m, _ in self.previous:
             m.use_fused = bool(enabled)
 

@@ -96,7 +96,11 @@ def peak_tflops(device_name: str) -> float | None:
     return None
 
 
-def training_flops(config: TransformerConfig, src_lengths: Sequence[int], tgt_lengths: Sequence[int]) -> float:
+def training_flops(
+    config: TransformerConfig,
+    src_lengths: Sequence[int],
+    tgt_lengths: Sequence[int],
+) -> float:
     """FLOPs of one training step (forward and backward) over sentences of these lengths (see the module docstring).
 
     Args:
@@ -105,18 +109,30 @@ def training_flops(config: TransformerConfig, src_lengths: Sequence[int], tgt_le
         tgt_lengths: T_i, real target tokens of each sentence.
     """
     if len(src_lengths) != len(tgt_lengths):
-        raise ValueError(f"expected one target length per source length, got {len(src_lengths)} and {len(tgt_lengths)}")
+        raise ValueError(
+            f"expected one target length per source length, got {len(src_lengths)} and {len(tgt_lengths)}"
+        )
     d, h, N, V = config.d_model, config.h, config.N, config.tgt_vocab_size
     d_k = config.d_k or d // h
     d_v = config.d_v or d // h
-    qk, vo = d * h * d_k, d * h * d_v  # multiply-adds per token of one q or k projection, one v or o projection
+    qk, vo = (
+        d * h * d_k,
+        d * h * d_v,
+    )  # multiply-adds per token of one q or k projection, one v or o projection
     ffn = 2 * d * config.d_ff
     src, tgt = sum(src_lengths), sum(tgt_lengths)
     macs = N * src * (2 * qk + 2 * vo + ffn)  # encoder layers
-    macs += N * tgt * (2 * qk + 2 * vo + qk + vo + ffn)  # decoder: self-attention, cross q and o, FFN
-    macs += N * src * (qk + vo)  # decoder: cross-attention k and v, on the encoder output
+    macs += (
+        N * tgt * (2 * qk + 2 * vo + qk + vo + ffn)
+    )  # decoder: self-attention, cross q and o, FFN
+    macs += (
+        N * src * (qk + vo)
+    )  # decoder: cross-attention k and v, on the encoder output
     macs += tgt * d * V  # generator
-    pairs = sum(s * s + t * t + t * s for s, t in zip(src_lengths, tgt_lengths, strict=True))
+    pairs = sum(
+        s * s + t * t + t * s
+        for s, t in zip(src_lengths, tgt_lengths, strict=True)
+    )
     macs += N * pairs * h * (d_k + d_v)  # QKᵀ and weights · V
     return 3 * 2 * macs
 
@@ -136,10 +152,18 @@ class TorchTransformer(nn.Module):
     def __init__(self, model: Transformer):
         super().__init__()
         self.config = model.config
-        ours = copy.deepcopy(model)  # deepcopy keeps shared (tied) parameters shared
-        self.src_embed, self.tgt_embed, self.generator = ours.src_embed, ours.tgt_embed, ours.generator
+        ours = copy.deepcopy(
+            model
+        )  # deepcopy keeps shared (tied) parameters shared
+        self.src_embed, self.tgt_embed, self.generator = (
+            ours.src_embed,
+            ours.tgt_embed,
+            ours.generator,
+        )
         self.transformer = to_torch_transformer(model).train()
-        for m in self.transformer.modules():  # to_torch_transformer builds with dropout 0
+        for m in (
+            self.transformer.modules()
+        ):  # to_torch_transformer builds with dropout 0
             if isinstance(m, nn.Dropout):
                 m.p = self.config.dropout
             elif isinstance(m, nn.MultiheadAttention):
@@ -154,12 +178,19 @@ class TorchTransformer(nn.Module):
     ) -> torch.Tensor:
         """``(B, S)`` source and ``(B, T)`` decoder input ids to ``(B, T, V)`` logits."""
         masks = torch_masks(src, tgt, self.config.pad_id)
-        out = self.transformer(self.src_embed(src), self.tgt_embed(tgt), **masks)  # (B, T, d_model)
+        out = self.transformer(
+            self.src_embed(src), self.tgt_embed(tgt), **masks
+        )  # (B, T, d_model)
         return self.generator(out)  # (B, T, V)
 
 
 def synthetic_batches(
-    n: int, max_tokens: int, seq_len: int, vocab_size: int, seed: int = 0, device: torch.device | str = "cpu"
+    n: int,
+    max_tokens: int,
+    seq_len: int,
+    vocab_size: int,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
 ) -> list[Batch]:
     """``n`` batches of random sentence pairs, lengths drawn from ``seq_len // 2 .. seq_len`` (``<eos>`` added).
 
@@ -170,9 +201,19 @@ def synthetic_batches(
     low = max(1, seq_len // 2)
     batches = []
     for _ in range(n):
-        lengths = torch.randint(low, seq_len + 1, (2, B), generator=g).tolist()
-        src = [torch.randint(4, vocab_size, (n_s,), generator=g).tolist() + [EOS] for n_s in lengths[0]]
-        tgt = [torch.randint(4, vocab_size, (n_t,), generator=g).tolist() + [EOS] for n_t in lengths[1]]
+        lengths = torch.randint(
+            low, seq_len + 1, (2, B), generator=g
+        ).tolist()
+        src = [
+            torch.randint(4, vocab_size, (n_s,), generator=g).tolist()
+            + [EOS]
+            for n_s in lengths[0]
+        ]
+        tgt = [
+            torch.randint(4, vocab_size, (n_t,), generator=g).tolist()
+            + [EOS]
+            for n_t in lengths[1]
+        ]
         batches.append(Batch.from_pairs(src, tgt, PAD, BOS).to(device))
     return batches
 
@@ -184,7 +225,9 @@ def _peak_memory_mib(device: torch.device) -> float | None:
         import resource
     except ImportError:  # not on Windows
         return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
+    return (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    )  # KiB on Linux
 
 
 def _synchronize(device: torch.device) -> None:
@@ -193,10 +236,16 @@ def _synchronize(device: torch.device) -> None:
 
 
 def _time_training(
-    model: nn.Module, batches: Sequence[Batch], warmup: int, amp: torch.dtype | None, device: torch.device
+    model: nn.Module,
+    batches: Sequence[Batch],
+    warmup: int,
+    amp: torch.dtype | None,
+    device: torch.device,
 ) -> tuple[float, float]:
     """The loop every contender runs; returns (seconds of the timed steps, last loss)."""
-    optimizer = make_optimizer(model, lr=1e-4)  # fused Adam on CUDA; a constant rate is enough here
+    optimizer = make_optimizer(
+        model, lr=1e-4
+    )  # fused Adam on CUDA; a constant rate is enough here
     loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD)
     model.train()
     start = 0.0
@@ -204,8 +253,12 @@ def _time_training(
         if i == warmup:
             _synchronize(device)
             start = time.perf_counter()
-        with torch.autocast(device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
+        with torch.autocast(
+            device.type, dtype=amp or torch.bfloat16, enabled=amp is not None
+        ):
+            logits = model(
+                batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
+            )  # (B, T, V)
             loss = loss_fn(logits, batch.tgt_out)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -253,10 +306,16 @@ def run_bench(
         Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens), ``step_ms``, ``tflops``
         (achieved), ``mfu`` (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), sizes, device.
     """
-    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(
+        device
+        if device is not None
+        else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
-        raise ValueError(f"unknown contenders {unknown}; choose from {list(CONTENDERS)}")
+        raise ValueError(
+            f"unknown contenders {unknown}; choose from {list(CONTENDERS)}"
+        )
     cuda = device.type == "cuda"
     preset = PRESETS["multi30k"]
     defaults = (
@@ -269,9 +328,15 @@ def run_bench(
                  seq_len=seq_len, steps=steps, warmup=warmup)  # fmt: skip
     size = {k: defaults[k] if v is None else v for k, v in given.items()}
     if size["steps"] < 1 or size["warmup"] < 0:
-        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={size['steps']}, warmup={size['warmup']}")
+        raise ValueError(
+            f"steps must be >= 1 and warmup >= 0, got steps={size['steps']}, warmup={size['warmup']}"
+        )
     amp_dtype = torch.bfloat16 if (cuda if amp is None else amp) else None
-    device_name = torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)"
+    device_name = (
+        torch.cuda.get_device_name(device)
+        if cuda
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
     if peak is None and cuda:
         peak = peak_tflops(device_name)
 
@@ -281,11 +346,25 @@ def run_bench(
         share_embeddings=True, tie_output=True, pad_id=PAD,
     )  # fmt: skip
     torch.manual_seed(seed)
-    base = Transformer(config)  # on the CPU; each contender gets its own copy on the device
-    batches = synthetic_batches(size["warmup"] + size["steps"], size["max_tokens"], size["seq_len"], V, seed, device)
+    base = Transformer(
+        config
+    )  # on the CPU; each contender gets its own copy on the device
+    batches = synthetic_batches(
+        size["warmup"] + size["steps"],
+        size["max_tokens"],
+        size["seq_len"],
+        V,
+        seed,
+        device,
+    )
     timed = batches[size["warmup"] :]
-    lengths = [(b.src != PAD).sum(1).tolist() for b in timed], [(b.tgt_out != PAD).sum(1).tolist() for b in timed]
-    flops = sum(training_flops(config, s, t) for s, t in zip(*lengths, strict=True))
+    lengths = (
+        [(b.src != PAD).sum(1).tolist() for b in timed],
+        [(b.tgt_out != PAD).sum(1).tolist() for b in timed],
+    )
+    flops = sum(
+        training_flops(config, s, t) for s, t in zip(*lengths, strict=True)
+    )
     tokens = sum(b.n_tokens for b in timed)
 
     rows = []
@@ -300,7 +379,9 @@ def run_bench(
             set_fused(model, name == "ours (fused)")
         model.to(device)
         torch.manual_seed(seed)  # the same dropout draws for every contender
-        seconds, loss = _time_training(model, batches, size["warmup"], amp_dtype, device)
+        seconds, loss = _time_training(
+            model, batches, size["warmup"], amp_dtype, device
+        )
         achieved = flops / seconds
         rows.append({
             "name": name,
@@ -329,7 +410,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     ]
     for r in rows:
         mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        mem = "n/a" if r["peak_mem_mib"] is None else f"{r['peak_mem_mib']:,.0f}"
+        mem = (
+            "n/a"
+            if r["peak_mem_mib"] is None
+            else f"{r['peak_mem_mib']:,.0f}"
+        )
         lines.append(
             f"| {r['name']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | "
             f"{r['tflops']:.3g} | {mfu} | {mem} | {r['loss']:.3f} |"
@@ -343,20 +428,50 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         prog="python -m aiayn.bench",
         description="Training speed of our Transformer (explicit and fused attention) and nn.Transformer.",
     )
-    parser.add_argument("--device", default=None, help="default cuda when available")
+    parser.add_argument(
+        "--device", default=None, help="default cuda when available"
+    )
     for flag, name in (("--d-model", "d_model"), ("--d-ff", "d_ff"), ("--heads", "h"), ("--layers", "N"),
                        ("--vocab", "vocab_size"), ("--max-tokens", "max_tokens"), ("--seq-len", "seq_len"),
                        ("--steps", "steps"), ("--warmup", "warmup")):  # fmt: skip
         parser.add_argument(flag, dest=name, type=int, default=None)
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--no-amp", action="store_true", help="no bfloat16 autocast on CUDA")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak, for MFU")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results to this file")
+    parser.add_argument(
+        "--no-amp", action="store_true", help="no bfloat16 autocast on CUDA"
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's peak, for MFU",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads (torch.set_num_threads)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the results to this file",
+    )
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    sizes = {k: getattr(args, k) for k in ("d_model", "d_ff", "h", "N", "vocab_size", "max_tokens", "seq_len")}
+    sizes = {
+        k: getattr(args, k)
+        for k in (
+            "d_model",
+            "d_ff",
+            "h",
+            "N",
+            "vocab_size",
+            "max_tokens",
+            "seq_len",
+        )
+    }
     rows = run_bench(
         args.device, **sizes, steps=args.steps, warmup=args.warmup, dropout=args.dropout,
         amp=False if args.no_amp else None, peak=args.peak_tflops,

@@ -24,10 +24,21 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["BLEUResult", "tokenize_13a", "corpus_bleu", "sentence_bleu", "SMOOTHING_METHODS"]
+__all__ = [
+    "BLEUResult",
+    "tokenize_13a",
+    "corpus_bleu",
+    "sentence_bleu",
+    "SMOOTHING_METHODS",
+]
 
 # The smoothing methods of Chen & Cherry (2014) that sacreBLEU offers, with their default values.
-SMOOTHING_METHODS: dict[str, float | None] = {"none": None, "floor": 0.1, "add-k": 1.0, "exp": None}
+SMOOTHING_METHODS: dict[str, float | None] = {
+    "none": None,
+    "floor": 0.1,
+    "add-k": 1.0,
+    "exp": None,
+}
 
 
 # --- Tokenization ---------------------------------------------------------------------------------
@@ -39,9 +50,18 @@ _ALWAYS_SPLIT = ' !"#$%&()*+/:;<=>?@[\\]^_`{|}~'
 _TOKENIZER_RULES = [
     (re.compile("([" + re.escape(_ALWAYS_SPLIT) + "])"), r" \1 "),
     # a period or comma is split off unless it sits between digits ("3.14", "1,000")
-    (re.compile(r"([^0-9])([.,])"), r"\1 \2 "),  # ... not preceded by a digit
-    (re.compile(r"([.,])([^0-9])"), r" \1 \2"),  # ... not followed by a digit
-    (re.compile(r"([0-9])(-)"), r"\1 \2 "),  # a dash after a digit ("5-year" -> "5 - year")
+    (
+        re.compile(r"([^0-9])([.,])"),
+        r"\1 \2 ",
+    ),  # ... not preceded by a digit
+    (
+        re.compile(r"([.,])([^0-9])"),
+        r" \1 \2",
+    ),  # ... not followed by a digit
+    (
+        re.compile(r"([0-9])(-)"),
+        r"\1 \2 ",
+    ),  # a dash after a digit ("5-year" -> "5 - year")
 ]
 
 
@@ -55,10 +75,21 @@ def tokenize_13a(text: str) -> str:
         The tokenized sentence, single spaces between tokens, no leading or trailing space.
     """
     if not isinstance(text, str):
-        raise TypeError(f"tokenize_13a expects a str, got {type(text).__name__}")
-    text = text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
-    if "&" in text:  # undo the four HTML escapes mteval knows about; &amp; after &quot; as mteval does
-        text = text.replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+        raise TypeError(
+            f"tokenize_13a expects a str, got {type(text).__name__}"
+        )
+    text = (
+        text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    )
+    if (
+        "&" in text
+    ):  # undo the four HTML escapes mteval knows about; &amp; after &quot; as mteval does
+        text = (
+            text.replace("&quot;", '"')
+            .replace("&amp;", "&")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+        )
     text = f" {text} "
     for pattern, replacement in _TOKENIZER_RULES:
         text = pattern.sub(replacement, text)
@@ -108,7 +139,11 @@ class BLEUResult:
 
 def _ngrams(tokens: list[str], max_order: int) -> Counter:
     """Count every n-gram of ``tokens`` for n = 1..max_order (as tuples of words)."""
-    return Counter(tuple(tokens[i : i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1))
+    return Counter(
+        tuple(tokens[i : i + n])
+        for n in range(1, max_order + 1)
+        for i in range(len(tokens) - n + 1)
+    )
 
 
 def _closest_ref_len(hyp_len: int, ref_lens: list[int]) -> int:
@@ -116,10 +151,14 @@ def _closest_ref_len(hyp_len: int, ref_lens: list[int]) -> int:
     return min(ref_lens, key=lambda r: (abs(r - hyp_len), r))
 
 
-def _sentence_stats(hyp: str, refs: list[str], max_order: int) -> tuple[int, int, list[int], list[int]]:
+def _sentence_stats(
+    hyp: str, refs: list[str], max_order: int
+) -> tuple[int, int, list[int], list[int]]:
     """Return ``(c, r, counts, totals)`` for one tokenized hypothesis and its tokenized references."""
     hyp_tokens = hyp.split()
-    max_ref_counts: Counter = Counter()  # for each n-gram, the most times any single reference has it
+    max_ref_counts: Counter = (
+        Counter()
+    )  # for each n-gram, the most times any single reference has it
     for ref in refs:
         for ngram, count in _ngrams(ref.split(), max_order).items():
             max_ref_counts[ngram] = max(max_ref_counts[ngram], count)
@@ -150,9 +189,19 @@ def _score(
     precisions = [0.0] * max_order
 
     def result(score: float) -> BLEUResult:
-        return BLEUResult(score, tuple(precisions), bp, hyp_len, ref_len, tuple(counts), tuple(totals))
+        return BLEUResult(
+            score,
+            tuple(precisions),
+            bp,
+            hyp_len,
+            ref_len,
+            tuple(counts),
+            tuple(totals),
+        )
 
-    if not any(counts):  # not a single matching word: 0, whatever the smoothing
+    if not any(
+        counts
+    ):  # not a single matching word: 0, whatever the smoothing
         return result(0.0)
 
     k = SMOOTHING_METHODS[smooth] if smooth_value is None else smooth_value
@@ -160,11 +209,17 @@ def _score(
     orders_used = max_order
     for n in range(1, max_order + 1):
         correct, total = counts[n - 1], totals[n - 1]
-        if smooth == "add-k" and n > 1:  # add k to matches and totals of orders 2..max_order
+        if (
+            smooth == "add-k" and n > 1
+        ):  # add k to matches and totals of orders 2..max_order
             correct, total = correct + k, total + k
-        if total == 0:  # the hypotheses are too short to have n-grams of this order (or higher)
+        if (
+            total == 0
+        ):  # the hypotheses are too short to have n-grams of this order (or higher)
             break
-        if effective_order:  # sentence-level BLEU: average only over the orders that exist
+        if (
+            effective_order
+        ):  # sentence-level BLEU: average only over the orders that exist
             orders_used = n
         if correct > 0:
             precisions[n - 1] = 100.0 * correct / total
@@ -177,7 +232,9 @@ def _score(
     used = precisions[:orders_used]
     if any(p == 0.0 for p in used):  # log 0: the geometric mean is 0
         return result(0.0)
-    return result(bp * math.exp(sum(math.log(p) for p in used) / orders_used))
+    return result(
+        bp * math.exp(sum(math.log(p) for p in used) / orders_used)
+    )
 
 
 # --- Public functions -----------------------------------------------------------------------------
@@ -185,7 +242,9 @@ def _score(
 
 def _check_text(value: object, what: str) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
+        raise TypeError(
+            f"{what}: expected a str, got {type(value).__name__}"
+        )
     return value
 
 
@@ -193,13 +252,25 @@ def _prepare(text: str, lowercase: bool) -> str:
     return tokenize_13a((text.lower() if lowercase else text).rstrip())
 
 
-def _check_options(max_order: int, smooth: str, smooth_value: float | None) -> None:
-    if isinstance(max_order, bool) or not isinstance(max_order, int) or max_order < 1:
-        raise ValueError(f"max_order must be a positive integer, got {max_order!r}")
+def _check_options(
+    max_order: int, smooth: str, smooth_value: float | None
+) -> None:
+    if (
+        isinstance(max_order, bool)
+        or not isinstance(max_order, int)
+        or max_order < 1
+    ):
+        raise ValueError(
+            f"max_order must be a positive integer, got {max_order!r}"
+        )
     if smooth not in SMOOTHING_METHODS:
-        raise ValueError(f"smooth must be one of {sorted(SMOOTHING_METHODS)}, got {smooth!r}")
+        raise ValueError(
+            f"smooth must be one of {sorted(SMOOTHING_METHODS)}, got {smooth!r}"
+        )
     if smooth_value is not None and smooth_value < 0:
-        raise ValueError(f"smooth_value must be non-negative, got {smooth_value!r}")
+        raise ValueError(
+            f"smooth_value must be non-negative, got {smooth_value!r}"
+        )
 
 
 def corpus_bleu(
@@ -233,9 +304,13 @@ def corpus_bleu(
     """
     _check_options(max_order, smooth, smooth_value)
     if isinstance(hypotheses, str):
-        raise TypeError("hypotheses: expected a sequence of str, got a single str (wrap it in a list)")
+        raise TypeError(
+            "hypotheses: expected a sequence of str, got a single str (wrap it in a list)"
+        )
     if isinstance(references, str):
-        raise TypeError("references: expected a sequence with one entry per hypothesis, got a single str")
+        raise TypeError(
+            "references: expected a sequence with one entry per hypothesis, got a single str"
+        )
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
         raise ValueError(
@@ -243,23 +318,47 @@ def corpus_bleu(
             f"and {len(references)} references"
         )
     if not hypotheses:
-        raise ValueError("expected at least one hypothesis, got an empty corpus")
+        raise ValueError(
+            "expected at least one hypothesis, got an empty corpus"
+        )
 
     hyp_len = ref_len = 0
     counts, totals = [0] * max_order, [0] * max_order
-    for i, (hyp, refs) in enumerate(zip(hypotheses, references, strict=True)):
+    for i, (hyp, refs) in enumerate(
+        zip(hypotheses, references, strict=True)
+    ):
         hyp = _check_text(hyp, f"hypotheses[{i}]")
         refs = [refs] if isinstance(refs, str) else list(refs)
         if not refs:
-            raise ValueError(f"references[{i}]: expected at least one reference string, got none")
-        refs = [_check_text(ref, f"references[{i}][{j}]") for j, ref in enumerate(refs)]
+            raise ValueError(
+                f"references[{i}]: expected at least one reference string, got none"
+            )
+        refs = [
+            _check_text(ref, f"references[{i}][{j}]")
+            for j, ref in enumerate(refs)
+        ]
         c, r, sentence_counts, sentence_totals = _sentence_stats(
-            _prepare(hyp, lowercase), [_prepare(ref, lowercase) for ref in refs], max_order
+            _prepare(hyp, lowercase),
+            [_prepare(ref, lowercase) for ref in refs],
+            max_order,
         )
         hyp_len, ref_len = hyp_len + c, ref_len + r
-        counts = [a + b for a, b in zip(counts, sentence_counts, strict=True)]
-        totals = [a + b for a, b in zip(totals, sentence_totals, strict=True)]
-    return _score(counts, totals, hyp_len, ref_len, max_order, smooth, smooth_value, effective_order)
+        counts = [
+            a + b for a, b in zip(counts, sentence_counts, strict=True)
+        ]
+        totals = [
+            a + b for a, b in zip(totals, sentence_totals, strict=True)
+        ]
+    return _score(
+        counts,
+        totals,
+        hyp_len,
+        ref_len,
+        max_order,
+        smooth,
+        smooth_value,
+        effective_order,
+    )
 
 
 def sentence_bleu(
@@ -288,4 +387,12 @@ def sentence_bleu(
     """
     _check_text(hypothesis, "hypothesis")
     refs = [references] if isinstance(references, str) else list(references)
-    return corpus_bleu([hypothesis], [refs], max_order, smooth, smooth_value, lowercase, effective_order=True)
+    return corpus_bleu(
+        [hypothesis],
+        [refs],
+        max_order,
+        smooth,
+        smooth_value,
+        lowercase,
+        effective_order=True,
+    )

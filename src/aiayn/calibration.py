@@ -18,7 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ReliabilityBins", "confidence_and_correct", "reliability_bins", "expected_calibration_error"]
+__all__ = [
+    "ReliabilityBins",
+    "confidence_and_correct",
+    "reliability_bins",
+    "expected_calibration_error",
+]
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,15 @@ class ReliabilityBins:
     @property
     def ece(self) -> float:
         """The expected calibration error, Σ_b weight_b · |accuracy_b − confidence_b|."""
-        return float((self.weight * (self.accuracy - self.confidence).abs()).sum())
+        return float(
+            (self.weight * (self.accuracy - self.confidence).abs()).sum()
+        )
 
 
 def confidence_and_correct(
-    logits: torch.Tensor, target: torch.Tensor, ignore_index: int | None = None
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The confidence of each prediction (its largest probability) and whether the prediction is right.
 
@@ -61,12 +70,16 @@ def confidence_and_correct(
     Returns:
         ``confidence`` ``(N',)`` float and ``correct`` ``(N',)`` bool, flattened, ignored positions removed.
     """
-    if logits.dim() not in (2, 3) or tuple(logits.shape[:-1]) != tuple(target.shape):
+    if logits.dim() not in (2, 3) or tuple(logits.shape[:-1]) != tuple(
+        target.shape
+    ):
         raise ValueError(
             f"expected logits (N, C) with target (N,) or logits (B, T, C) with target (B, T), "
             f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
         )
-    probs = logits.detach().float().softmax(dim=-1).reshape(-1, logits.size(-1))  # (N, C)
+    probs = (
+        logits.detach().float().softmax(dim=-1).reshape(-1, logits.size(-1))
+    )  # (N, C)
     target = target.reshape(-1)  # (N,)
     confidence, prediction = probs.max(dim=-1)  # (N,), (N,)
     correct = prediction == target
@@ -76,9 +89,13 @@ def confidence_and_correct(
     return confidence, correct
 
 
-def _check(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int) -> None:
+def _check(
+    confidence: torch.Tensor, correct: torch.Tensor, n_bins: int
+) -> None:
     if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+        raise ValueError(
+            f"n_bins must be a positive integer, got {n_bins!r}"
+        )
     if confidence.dim() != 1 or correct.shape != confidence.shape:
         raise ValueError(
             f"expected confidence and correct as two 1-D tensors of the same length, "
@@ -88,10 +105,14 @@ def _check(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int) -> None
         raise ValueError("expected at least one prediction, got none")
     if bool((confidence < 0).any()) or bool((confidence > 1).any()):
         low, high = float(confidence.min()), float(confidence.max())
-        raise ValueError(f"confidence must lie in [0, 1] (probabilities), got values in [{low:.3g}, {high:.3g}]")
+        raise ValueError(
+            f"confidence must lie in [0, 1] (probabilities), got values in [{low:.3g}, {high:.3g}]"
+        )
 
 
-def reliability_bins(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int = 10) -> ReliabilityBins:
+def reliability_bins(
+    confidence: torch.Tensor, correct: torch.Tensor, n_bins: int = 10
+) -> ReliabilityBins:
     """Sort predictions into ``n_bins`` equal-width confidence bins: count, mean confidence, accuracy.
 
     Bin b holds the confidences in [b/M, (b+1)/M); the last bin also holds a confidence of exactly 1.
@@ -107,10 +128,16 @@ def reliability_bins(confidence: torch.Tensor, correct: torch.Tensor, n_bins: in
     _check(confidence, correct, n_bins)
     confidence = confidence.detach().double()
     correct = correct.detach().double()
-    index = (confidence * n_bins).long().clamp(max=n_bins - 1)  # (N,) bin of each prediction
+    index = (
+        (confidence * n_bins).long().clamp(max=n_bins - 1)
+    )  # (N,) bin of each prediction
     count = torch.bincount(index, minlength=n_bins).double()  # (M,)
-    total_confidence = torch.bincount(index, weights=confidence, minlength=n_bins)  # (M,)
-    total_correct = torch.bincount(index, weights=correct, minlength=n_bins)  # (M,)
+    total_confidence = torch.bincount(
+        index, weights=confidence, minlength=n_bins
+    )  # (M,)
+    total_correct = torch.bincount(
+        index, weights=correct, minlength=n_bins
+    )  # (M,)
     safe = count.clamp(min=1)  # an empty bin reports 0 and weighs 0
     return ReliabilityBins(
         edges=torch.linspace(0, 1, n_bins + 1, dtype=torch.float64),
@@ -120,7 +147,9 @@ def reliability_bins(confidence: torch.Tensor, correct: torch.Tensor, n_bins: in
     )
 
 
-def expected_calibration_error(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int = 10) -> float:
+def expected_calibration_error(
+    confidence: torch.Tensor, correct: torch.Tensor, n_bins: int = 10
+) -> float:
     """ECE = Σ_b (n_b / N) · |accuracy_b − confidence_b| over ``n_bins`` equal-width bins.
 
     Args:

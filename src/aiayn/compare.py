@@ -22,7 +22,12 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward
+from .layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerNorm,
+    PositionwiseFeedForward,
+)
 from .masks import subsequent_mask
 from .model import Transformer
 
@@ -36,7 +41,11 @@ __all__ = [
 
 
 def _sizes(attn: MultiHeadAttention) -> tuple[int, int]:
-    if attn.d_k != attn.d_model // attn.h or attn.d_v != attn.d_model // attn.h or attn.w_q.bias is None:
+    if (
+        attn.d_k != attn.d_model // attn.h
+        or attn.d_v != attn.d_model // attn.h
+        or attn.w_q.bias is None
+    ):
         raise ValueError(
             "nn.MultiheadAttention needs d_k = d_v = d_model / h and biases, "
             f"got d_model={attn.d_model}, h={attn.h}, d_k={attn.d_k}, d_v={attn.d_v}, bias={attn.w_q.bias is not None}"
@@ -45,16 +54,27 @@ def _sizes(attn: MultiHeadAttention) -> tuple[int, int]:
 
 
 @torch.no_grad()
-def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
-    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+def _copy_attention(
+    ours: MultiHeadAttention, theirs: nn.MultiheadAttention
+) -> None:
+    theirs.in_proj_weight.copy_(
+        torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight])
+    )
+    theirs.in_proj_bias.copy_(
+        torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias])
+    )
     theirs.out_proj.weight.copy_(ours.w_o.weight)
     theirs.out_proj.bias.copy_(ours.w_o.bias)
 
 
 @torch.no_grad()
-def _copy_feed_forward(ours: PositionwiseFeedForward, theirs: nn.Module) -> None:
-    for mine, ref in ((ours.w_1, theirs.linear1), (ours.w_2, theirs.linear2)):
+def _copy_feed_forward(
+    ours: PositionwiseFeedForward, theirs: nn.Module
+) -> None:
+    for mine, ref in (
+        (ours.w_1, theirs.linear1),
+        (ours.w_2, theirs.linear2),
+    ):
         ref.weight.copy_(mine.weight)
         ref.bias.copy_(mine.bias)
 
@@ -87,7 +107,9 @@ def _layer_settings(layer: EncoderLayer | DecoderLayer) -> dict:
     )
 
 
-def to_torch_encoder_layer(layer: EncoderLayer) -> nn.TransformerEncoderLayer:
+def to_torch_encoder_layer(
+    layer: EncoderLayer,
+) -> nn.TransformerEncoderLayer:
     """An ``nn.TransformerEncoderLayer`` holding a copy of ``layer``'s weights (dropout 0, batch first).
 
     Args:
@@ -97,7 +119,9 @@ def to_torch_encoder_layer(layer: EncoderLayer) -> nn.TransformerEncoderLayer:
         the PyTorch layer in eval mode; it maps ``(B, S, d_model)`` to ``(B, S, d_model)`` as ``layer`` does.
     """
     if not isinstance(layer, EncoderLayer):
-        raise TypeError(f"expected an aiayn EncoderLayer, got {type(layer).__name__}")
+        raise TypeError(
+            f"expected an aiayn EncoderLayer, got {type(layer).__name__}"
+        )
     theirs = nn.TransformerEncoderLayer(**_layer_settings(layer))
     _copy_attention(layer.self_attn, theirs.self_attn)
     _copy_feed_forward(layer.feed_forward, theirs)
@@ -106,7 +130,9 @@ def to_torch_encoder_layer(layer: EncoderLayer) -> nn.TransformerEncoderLayer:
     return theirs.eval()
 
 
-def to_torch_decoder_layer(layer: DecoderLayer) -> nn.TransformerDecoderLayer:
+def to_torch_decoder_layer(
+    layer: DecoderLayer,
+) -> nn.TransformerDecoderLayer:
     """An ``nn.TransformerDecoderLayer`` holding a copy of ``layer``'s weights (dropout 0, batch first).
 
     Args:
@@ -116,18 +142,26 @@ def to_torch_decoder_layer(layer: DecoderLayer) -> nn.TransformerDecoderLayer:
         the PyTorch layer in eval mode; ``theirs(x, memory, ...)`` matches ``layer(x, memory, ...)``.
     """
     if not isinstance(layer, DecoderLayer):
-        raise TypeError(f"expected an aiayn DecoderLayer, got {type(layer).__name__}")
+        raise TypeError(
+            f"expected an aiayn DecoderLayer, got {type(layer).__name__}"
+        )
     _sizes(layer.cross_attn)
     theirs = nn.TransformerDecoderLayer(**_layer_settings(layer))
     _copy_attention(layer.self_attn, theirs.self_attn)
     _copy_attention(layer.cross_attn, theirs.multihead_attn)
     _copy_feed_forward(layer.feed_forward, theirs)
-    for sublayer, norm in zip(layer.sublayers, (theirs.norm1, theirs.norm2, theirs.norm3), strict=True):
+    for sublayer, norm in zip(
+        layer.sublayers,
+        (theirs.norm1, theirs.norm2, theirs.norm3),
+        strict=True,
+    ):
         _copy_norm(sublayer.norm, norm)
     return theirs.eval()
 
 
-def to_torch_transformer(model: Transformer, keep_final_norms: bool = False) -> nn.Transformer:
+def to_torch_transformer(
+    model: Transformer, keep_final_norms: bool = False
+) -> nn.Transformer:
     """An ``nn.Transformer`` whose encoder and decoder stacks hold copies of ``model``'s stacks.
 
     ``nn.Transformer`` has no embeddings, no positional encoding and no generator: it maps embedded
@@ -142,12 +176,16 @@ def to_torch_transformer(model: Transformer, keep_final_norms: bool = False) -> 
         the PyTorch model in eval mode, dropout 0, ``batch_first=True``.
     """
     if not isinstance(model, Transformer):
-        raise TypeError(f"expected an aiayn Transformer, got {type(model).__name__}")
+        raise TypeError(
+            f"expected an aiayn Transformer, got {type(model).__name__}"
+        )
     c = model.config
     _sizes(model.encoder.layers[0].self_attn)
     with warnings.catch_warnings():
         # PyTorch warns that its nested-tensor fast path is off in pre-norm mode; nothing to act on here.
-        warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+        warnings.filterwarnings(
+            "ignore", message="enable_nested_tensor is True"
+        )
         theirs = nn.Transformer(
             c.d_model,
             c.h,
@@ -160,9 +198,13 @@ def to_torch_transformer(model: Transformer, keep_final_norms: bool = False) -> 
             norm_first=c.norm_first,
             **_factory(model),
         )
-    for mine, ref in zip(model.encoder.layers, theirs.encoder.layers, strict=True):
+    for mine, ref in zip(
+        model.encoder.layers, theirs.encoder.layers, strict=True
+    ):
         ref.load_state_dict(to_torch_encoder_layer(mine).state_dict())
-    for mine, ref in zip(model.decoder.layers, theirs.decoder.layers, strict=True):
+    for mine, ref in zip(
+        model.decoder.layers, theirs.decoder.layers, strict=True
+    ):
         ref.load_state_dict(to_torch_decoder_layer(mine).state_dict())
     if c.norm_first:
         _copy_norm(model.encoder.norm, theirs.encoder.norm)
@@ -174,7 +216,9 @@ def to_torch_transformer(model: Transformer, keep_final_norms: bool = False) -> 
     return theirs.eval()
 
 
-def torch_masks(src: torch.Tensor, tgt: torch.Tensor, pad_id: int) -> dict[str, torch.Tensor]:
+def torch_masks(
+    src: torch.Tensor, tgt: torch.Tensor, pad_id: int
+) -> dict[str, torch.Tensor]:
     """The masks ``nn.Transformer.forward`` takes, for the masks ``aiayn`` builds from the same token ids.
 
     ``aiayn``: one boolean mask per attention, ``True`` = may attend (``padding_mask``, ``decoder_mask``).
@@ -192,18 +236,30 @@ def torch_masks(src: torch.Tensor, tgt: torch.Tensor, pad_id: int) -> dict[str, 
     """
     for name, ids in (("src", src), ("tgt", tgt)):
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
-            shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
-            raise ValueError(f"{name}: expected shape (B, L) of token ids, got {shape}")
+            shape = (
+                tuple(ids.shape)
+                if isinstance(ids, torch.Tensor)
+                else type(ids).__name__
+            )
+            raise ValueError(
+                f"{name}: expected shape (B, L) of token ids, got {shape}"
+            )
     return {
-        "tgt_mask": ~subsequent_mask(tgt.size(1), device=tgt.device),  # (T, T), True = future, blocked
-        "src_key_padding_mask": src == pad_id,  # (B, S), True = padding, ignored
+        "tgt_mask": ~subsequent_mask(
+            tgt.size(1), device=tgt.device
+        ),  # (T, T), True = future, blocked
+        "src_key_padding_mask": src
+        == pad_id,  # (B, S), True = padding, ignored
         "tgt_key_padding_mask": tgt == pad_id,  # (B, T)
         "memory_key_padding_mask": src == pad_id,  # (B, S)
     }
 
 
 def layer_gradient_norms(
-    model: nn.Module, layers: Sequence[nn.Module], *inputs: torch.Tensor, seed: int = 0
+    model: nn.Module,
+    layers: Sequence[nn.Module],
+    *inputs: torch.Tensor,
+    seed: int = 0,
 ) -> list[float]:
     """Backpropagate a fixed random direction from ``model``'s output; return each layer's gradient norm.
 
@@ -224,13 +280,23 @@ def layer_gradient_norms(
     """
     model.zero_grad(set_to_none=True)
     out = model(*inputs)
-    r = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype).to(out.device)
+    r = torch.randn(
+        out.shape,
+        generator=torch.Generator().manual_seed(seed),
+        dtype=out.dtype,
+    ).to(out.device)
     (out * r).sum().backward()
     norms = []
     for layer in layers:
-        grads = [p.grad.detach().flatten() for p in layer.parameters() if p.grad is not None]
+        grads = [
+            p.grad.detach().flatten()
+            for p in layer.parameters()
+            if p.grad is not None
+        ]
         if not grads:
-            raise ValueError(f"{type(layer).__name__} received no gradient: is it part of the model's forward pass?")
+            raise ValueError(
+                f"{type(layer).__name__} received no gradient: is it part of the model's forward pass?"
+            )
         norms.append(torch.linalg.vector_norm(torch.cat(grads)).item())
     model.zero_grad(set_to_none=True)
     return norms

@@ -102,7 +102,9 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
     return _cache_home() / "aiayn" / "multi30k"
 
 
-_VERIFIED: dict[tuple[str, int, int, int], str] = {}  # (path, inode, size, mtime_ns) -> sha256, per process
+_VERIFIED: dict[
+    tuple[str, int, int, int], str
+] = {}  # (path, inode, size, mtime_ns) -> sha256, per process
 
 
 def _sha256_file(path: Path) -> str:
@@ -122,7 +124,9 @@ def _urlopen_bytes(url: str) -> bytes:
         return response.read()
 
 
-def _download(name: str, directory: Path, downloader: Callable[[str], bytes]) -> None:
+def _download(
+    name: str, directory: Path, downloader: Callable[[str], bytes]
+) -> None:
     """Fetch one file, check it in memory, then write it atomically (temp file in the same folder + rename)."""
     url = BASE_URL + name
     data = downloader(url)
@@ -132,7 +136,9 @@ def _download(name: str, directory: Path, downloader: Callable[[str], bytes]) ->
             f"downloaded {url} has SHA-256 {actual}, expected {SHA256[name]}; nothing was written to {directory}"
         )
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{name}.", suffix=".part", dir=directory
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -144,8 +150,13 @@ def _download(name: str, directory: Path, downloader: Callable[[str], bytes]) ->
         raise
 
 
-def _unavailable_message(missing: list[str], directory: Path, reason: str) -> str:
-    lines = [f"Multi30k files are missing from {directory} and could not be downloaded ({reason}).", "Needed:"]
+def _unavailable_message(
+    missing: list[str], directory: Path, reason: str
+) -> str:
+    lines = [
+        f"Multi30k files are missing from {directory} and could not be downloaded ({reason}).",
+        "Needed:",
+    ]
     lines += [f"  {name}  <-  {BASE_URL}{name}" for name in missing]
     lines.append(
         f"Download them by hand into {directory}, or point the AIAYN_DATA environment variable "
@@ -189,23 +200,39 @@ def load_multi30k(
         A list of ``(source sentence, target sentence)`` string pairs, in file order.
     """
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        raise ValueError(
+            f"split must be one of {sorted(SPLITS)}, got {split!r}"
+        )
     for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
         if lang not in LANGS:
-            raise ValueError(f"{name} must be one of {list(LANGS)}, got {lang!r}")
+            raise ValueError(
+                f"{name} must be one of {list(LANGS)}, got {lang!r}"
+            )
     if src_lang == tgt_lang:
-        raise ValueError(f"src_lang and tgt_lang must differ, got {src_lang!r} for both")
+        raise ValueError(
+            f"src_lang and tgt_lang must differ, got {src_lang!r} for both"
+        )
 
     directory = data_dir(root)
     names = [f"{SPLITS[split]}.{lang}.gz" for lang in (src_lang, tgt_lang)]
     missing = [name for name in names if not (directory / name).is_file()]
     if missing and not download:
-        raise DatasetUnavailable(_unavailable_message(missing, directory, "download=False"))
+        raise DatasetUnavailable(
+            _unavailable_message(missing, directory, "download=False")
+        )
     for name in missing:
         try:
             _download(name, directory, downloader or _urlopen_bytes)
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
-            raise DatasetUnavailable(_unavailable_message(missing, directory, f"{type(err).__name__}: {err}")) from err
+        except (
+            urllib.error.URLError,
+            http.client.HTTPException,
+            OSError,
+        ) as err:
+            raise DatasetUnavailable(
+                _unavailable_message(
+                    missing, directory, f"{type(err).__name__}: {err}"
+                )
+            ) from err
 
     for name in names:
         actual = _sha256_file(directory / name)
@@ -216,7 +243,9 @@ def load_multi30k(
             )
     src, tgt = (_read_lines(directory / name) for name in names)
     if len(src) != len(tgt):
-        raise ValueError(f"{names[0]} has {len(src)} lines but {names[1]} has {len(tgt)}; they must align")
+        raise ValueError(
+            f"{names[0]} has {len(src)} lines but {names[1]} has {len(tgt)}; they must align"
+        )
     return list(zip(src, tgt, strict=True))
 
 
@@ -231,7 +260,9 @@ def _spm():
     try:
         import sentencepiece
     except ImportError as err:  # an optional dependency (the "book" extra)
-        raise ImportError("the tokenizer needs sentencepiece: pip install 'sentencepiece>=0.2'") from err
+        raise ImportError(
+            "the tokenizer needs sentencepiece: pip install 'sentencepiece>=0.2'"
+        ) from err
     return sentencepiece
 
 
@@ -246,10 +277,19 @@ class Tokenizer:
 
     def __init__(self, model_file: str | os.PathLike):
         self.model_file = Path(model_file)
-        self.sp = _spm().SentencePieceProcessor(model_file=str(self.model_file))
-        got = (self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id())
+        self.sp = _spm().SentencePieceProcessor(
+            model_file=str(self.model_file)
+        )
+        got = (
+            self.sp.pad_id(),
+            self.sp.bos_id(),
+            self.sp.eos_id(),
+            self.sp.unk_id(),
+        )
         if got != (PAD, BOS, EOS, UNK):
-            raise ValueError(f"{self.model_file}: expected special ids (pad, bos, eos, unk) = (0, 1, 2, 3), got {got}")
+            raise ValueError(
+                f"{self.model_file}: expected special ids (pad, bos, eos, unk) = (0, 1, 2, 3), got {got}"
+            )
 
     @property
     def vocab_size(self) -> int:
@@ -262,31 +302,52 @@ class Tokenizer:
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, model_file='{self.model_file}')"
 
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+    def encode(
+        self, text: str, add_bos: bool = False, add_eos: bool = False
+    ) -> list[int]:
         """Split ``text`` into subword ids, optionally framed by ``<s>`` and ``</s>``."""
         if not isinstance(text, str):
-            raise TypeError(f"text: expected a str, got {type(text).__name__}")
-        return self.sp.encode(text, out_type=int, add_bos=add_bos, add_eos=add_eos)
+            raise TypeError(
+                f"text: expected a str, got {type(text).__name__}"
+            )
+        return self.sp.encode(
+            text, out_type=int, add_bos=add_bos, add_eos=add_eos
+        )
 
-    def encode_batch(self, texts: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> list[list[int]]:
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        add_bos: bool = False,
+        add_eos: bool = False,
+    ) -> list[list[int]]:
         """``encode`` for a list of sentences."""
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        if isinstance(texts, str) or not all(
+            isinstance(t, str) for t in texts
+        ):
             raise TypeError("texts: expected a list of str")
-        return self.sp.encode(list(texts), out_type=int, add_bos=add_bos, add_eos=add_eos)
+        return self.sp.encode(
+            list(texts), out_type=int, add_bos=add_bos, add_eos=add_eos
+        )
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Turn ids back into text, leaving out ``<pad>``, ``<s>`` and ``</s>`` wherever they are."""
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
-                raise ValueError(f"ids: expected a 1-D tensor, got shape {tuple(ids.shape)}; use decode_batch")
+                raise ValueError(
+                    f"ids: expected a 1-D tensor, got shape {tuple(ids.shape)}; use decode_batch"
+                )
             ids = ids.tolist()
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
-            raise ValueError(f"ids must be in [0, {self.vocab_size}), got {bad[:5]}")
+            raise ValueError(
+                f"ids must be in [0, {self.vocab_size}), got {bad[:5]}"
+            )
         return self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
 
-    def decode_batch(self, batch: Sequence[Sequence[int]] | torch.Tensor) -> list[str]:
+    def decode_batch(
+        self, batch: Sequence[Sequence[int]] | torch.Tensor
+    ) -> list[str]:
         """``decode`` for each row of a ``(B, L)`` tensor or a list of id lists."""
         return [self.decode(row) for row in batch]
 
@@ -297,7 +358,9 @@ class Tokenizer:
     def id_to_piece(self, i: int) -> str:
         """The piece string for id ``i``."""
         if not 0 <= int(i) < self.vocab_size:
-            raise ValueError(f"id must be in [0, {self.vocab_size}), got {i}")
+            raise ValueError(
+                f"id must be in [0, {self.vocab_size}), got {i}"
+            )
         return self.sp.id_to_piece(int(i))
 
     def piece_to_id(self, piece: str) -> int:
@@ -355,15 +418,27 @@ def train_tokenizer(
         A ``Tokenizer``.
     """
     spm = _spm()
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
-        raise ValueError(f"vocab_size must be an integer >= 8, got {vocab_size!r}")
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int)
+        or vocab_size < 8
+    ):
+        raise ValueError(
+            f"vocab_size must be an integer >= 8, got {vocab_size!r}"
+        )
     if model_type not in ("bpe", "unigram"):
-        raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
+        raise ValueError(
+            f"model_type must be 'bpe' or 'unigram', got {model_type!r}"
+        )
     if not 0.0 < character_coverage <= 1.0:
-        raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage!r}")
+        raise ValueError(
+            f"character_coverage must be in (0, 1], got {character_coverage!r}"
+        )
     sentences = [s for pair in pairs for s in pair]
     if not sentences or not all(isinstance(s, str) for s in sentences):
-        raise ValueError("pairs: expected a non-empty list of (source, target) string pairs")
+        raise ValueError(
+            "pairs: expected a non-empty list of (source, target) string pairs"
+        )
 
     settings = dict(
         vocab_size=vocab_size,
@@ -377,16 +452,30 @@ def train_tokenizer(
         unk_id=UNK,
         num_threads=1,
     )
-    h = hashlib.sha256(json.dumps([settings, spm.__version__], sort_keys=True).encode())
+    h = hashlib.sha256(
+        json.dumps([settings, spm.__version__], sort_keys=True).encode()
+    )
     for s in sentences:
         h.update(s.encode("utf-8") + b"\n")
-    directory = Path(cache_dir).expanduser() if cache_dir is not None else _cache_home() / "aiayn" / "tokenizers"
-    path = directory / f"spm-{model_type}-{vocab_size}-{h.hexdigest()[:16]}.model"
+    directory = (
+        Path(cache_dir).expanduser()
+        if cache_dir is not None
+        else _cache_home() / "aiayn" / "tokenizers"
+    )
+    path = (
+        directory
+        / f"spm-{model_type}-{vocab_size}-{h.hexdigest()[:16]}.model"
+    )
     if path.is_file():
         return Tokenizer(path)
 
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=model, minloglevel=2, **settings)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        minloglevel=2,
+        **settings,
+    )
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".spm-", suffix=".part", dir=directory)
     try:
@@ -399,7 +488,9 @@ def train_tokenizer(
     return Tokenizer(path)
 
 
-def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+def encode_pairs(
+    tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]
+) -> list[tuple[list[int], list[int]]]:
     """Encode ``(source, target)`` sentences into ``(source ids, target ids)``, without special tokens."""
     src = tokenizer.encode_batch([s for s, _ in pairs])
     tgt = tokenizer.encode_batch([t for _, t in pairs])
@@ -411,7 +502,9 @@ def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]) -> list
 # ---------------------------------------------------------------------------------------------
 
 
-def pair_lengths(encoded_pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[int, int]]:
+def pair_lengths(
+    encoded_pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+) -> list[tuple[int, int]]:
     """Lengths ``(S_i, T_i)`` of each pair as ``collate`` will pad it: the ids plus one ``<eos>`` on each side."""
     return [(len(src) + 1, len(tgt) + 1) for src, tgt in encoded_pairs]
 
@@ -451,8 +544,14 @@ def make_batches(
     Returns:
         A list of batches, each a list of indices into ``encoded_pairs``.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if (
+        isinstance(max_tokens, bool)
+        or not isinstance(max_tokens, int)
+        or max_tokens <= 0
+    ):
+        raise ValueError(
+            f"max_tokens must be a positive integer, got {max_tokens!r}"
+        )
     lengths = pair_lengths(encoded_pairs)
     rng = random.Random(f"aiayn-batches-{seed}-{epoch}")
     order = list(range(len(lengths)))
@@ -462,7 +561,12 @@ def make_batches(
         # By source length; within one source length by target length, rising and falling in turn, so that
         # a batch crossing from one source length to the next meets similar target lengths on both sides.
         # The sort is stable: equal keys keep their shuffled order.
-        order.sort(key=lambda i: (lengths[i][0], lengths[i][1] if lengths[i][0] % 2 else -lengths[i][1]))
+        order.sort(
+            key=lambda i: (
+                lengths[i][0],
+                lengths[i][1] if lengths[i][0] % 2 else -lengths[i][1],
+            )
+        )
 
     batches: list[list[int]] = []
     batch: list[int] = []
@@ -482,7 +586,9 @@ def make_batches(
     return batches
 
 
-def padding_fraction(batches: Iterable[Sequence[int]], lengths: Sequence[tuple[int, int]]) -> float:
+def padding_fraction(
+    batches: Iterable[Sequence[int]], lengths: Sequence[tuple[int, int]]
+) -> float:
     """Share of padded positions that hold ``<pad>``: ``1 - real tokens / sum of B * (S + T)``.
 
     Args:
@@ -526,12 +632,20 @@ class TokenBucketSampler(Sampler):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
-        self._batches = make_batches(encoded_pairs, max_tokens, shuffle, seed, 0)
+        self._batches = make_batches(
+            encoded_pairs, max_tokens, shuffle, seed, 0
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose batches ``__iter__`` yields."""
         self.epoch = epoch
-        self._batches = make_batches(self.encoded_pairs, self.max_tokens, self.shuffle, self.seed, epoch)
+        self._batches = make_batches(
+            self.encoded_pairs,
+            self.max_tokens,
+            self.shuffle,
+            self.seed,
+            epoch,
+        )
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self._batches)
@@ -562,14 +676,22 @@ def collate(
         ``src`` of shape ``(B, S)`` and ``tgt`` of shape ``(B, T)``, both ``torch.long``.
     """
     if len(pairs) == 0:
-        raise ValueError("collate: expected at least one (source ids, target ids) pair, got an empty batch")
+        raise ValueError(
+            "collate: expected at least one (source ids, target ids) pair, got an empty batch"
+        )
     sides = []
     for k in (0, 1):  # source, then target
         seqs = [list(map(int, pair[k])) + [eos_id] for pair in pairs]
-        out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)  # (B, S) or (B, T)
+        out = torch.full(
+            (len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long
+        )  # (B, S) or (B, T)
         for row, seq in enumerate(seqs):
             out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        sides.append(out.pin_memory() if pin_memory and torch.cuda.is_available() else out)
+        sides.append(
+            out.pin_memory()
+            if pin_memory and torch.cuda.is_available()
+            else out
+        )
     return sides[0], sides[1]
 
 
@@ -585,5 +707,9 @@ def iter_batches(
 
     ``lambda epoch: iter_batches(pairs, 4096, epoch=epoch)`` gives fresh batches for every epoch.
     """
-    for batch in make_batches(encoded_pairs, max_tokens, shuffle, seed, epoch):
-        yield collate([encoded_pairs[i] for i in batch], pin_memory=pin_memory)
+    for batch in make_batches(
+        encoded_pairs, max_tokens, shuffle, seed, epoch
+    ):
+        yield collate(
+            [encoded_pairs[i] for i in batch], pin_memory=pin_memory
+        )

@@ -29,7 +29,13 @@ from torch import nn
 from .checks import check_token_dtype
 from .masks import decoder_mask, padding_mask
 
-__all__ = ["greedy_decode", "beam_search", "BeamSearchOutput", "sample", "gnmt_length_penalty"]
+__all__ = [
+    "greedy_decode",
+    "beam_search",
+    "BeamSearchOutput",
+    "sample",
+    "gnmt_length_penalty",
+]
 
 
 # --- Shared pieces --------------------------------------------------------------------------------
@@ -47,45 +53,85 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _check_common(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int) -> int:
+def _check_common(
+    model: nn.Module,
+    src: torch.Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+) -> int:
     """Validate the arguments every decoder takes and return the padding id."""
     check_token_dtype(src, "src")
     if src.dim() != 2:
-        raise ValueError(f"src: expected shape (B, S) of token ids, got {tuple(src.shape)}")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive integer (the output length, <bos> included), got {max_len!r}")
+        raise ValueError(
+            f"src: expected shape (B, S) of token ids, got {tuple(src.shape)}"
+        )
+    if (
+        isinstance(max_len, bool)
+        or not isinstance(max_len, int)
+        or max_len < 1
+    ):
+        raise ValueError(
+            f"max_len must be a positive integer (the output length, <bos> included), got {max_len!r}"
+        )
     pad_id = model.config.pad_id
     if bos_id == pad_id:
-        raise ValueError(f"bos_id must differ from the padding id, got both {pad_id}")
+        raise ValueError(
+            f"bos_id must differ from the padding id, got both {pad_id}"
+        )
     if eos_id == bos_id:
-        raise ValueError(f"eos_id must differ from bos_id, got both {bos_id}")
+        raise ValueError(
+            f"eos_id must differ from bos_id, got both {bos_id}"
+        )
     return pad_id
 
 
-def _next_logits(model: nn.Module, memory: torch.Tensor, src_mask: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+def _next_logits(
+    model: nn.Module,
+    memory: torch.Tensor,
+    src_mask: torch.Tensor,
+    prefix: torch.Tensor,
+) -> torch.Tensor:
     """Run the decoder over ``prefix`` ``(B, T)`` and return the logits for the next token, ``(B, V)`` float32."""
-    out = model.decode(memory, src_mask, prefix, decoder_mask(prefix, model.config.pad_id))  # (B, T, d_model)
+    out = model.decode(
+        memory, src_mask, prefix, decoder_mask(prefix, model.config.pad_id)
+    )  # (B, T, d_model)
     return model.generator(out[:, -1]).float()  # (B, V)
 
 
-def _start(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor | None, bos_id: int):
+def _start(
+    model: nn.Module,
+    src: torch.Tensor,
+    src_mask: torch.Tensor | None,
+    bos_id: int,
+):
     """Encode the source once and build the ``(B, 1)`` prefix of ``<bos>``."""
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)  # (B, S, d_model)
-    prefix = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    prefix = torch.full(
+        (src.size(0), 1), bos_id, dtype=torch.long, device=src.device
+    )  # (B, 1)
     return memory, src_mask, prefix
 
 
-def _generate(model, src, src_mask, max_len, bos_id, eos_id, choose) -> torch.Tensor:
+def _generate(
+    model, src, src_mask, max_len, bos_id, eos_id, choose
+) -> torch.Tensor:
     """The loop shared by greedy decoding and sampling; ``choose`` maps ``(B, V)`` logits to ``(B,)`` ids."""
     pad_id = _check_common(model, src, max_len, bos_id, eos_id)
     with _eval_mode(model):
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
-        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
+        finished = torch.zeros(
+            src.size(0), dtype=torch.bool, device=src.device
+        )  # (B,)
         for _ in range(max_len - 1):
-            next_id = choose(_next_logits(model, memory, src_mask, ys))  # (B,)
-            next_id = next_id.masked_fill(finished, pad_id)  # finished rows only grow padding
+            next_id = choose(
+                _next_logits(model, memory, src_mask, ys)
+            )  # (B,)
+            next_id = next_id.masked_fill(
+                finished, pad_id
+            )  # finished rows only grow padding
             ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, T + 1)
             finished |= next_id == eos_id
             if finished.all():
@@ -117,7 +163,15 @@ def greedy_decode(
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
     """
-    return _generate(model, src, src_mask, max_len, bos_id, eos_id, lambda logits: logits.argmax(dim=-1))
+    return _generate(
+        model,
+        src,
+        src_mask,
+        max_len,
+        bos_id,
+        eos_id,
+        lambda logits: logits.argmax(dim=-1),
+    )
 
 
 # --- Sampling -------------------------------------------------------------------------------------
@@ -125,7 +179,9 @@ def greedy_decode(
 
 def _filter_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits of each row, set the others to -inf."""
-    kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+    kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[
+        :, -1:
+    ]  # (B, 1)
     return logits.masked_fill(logits < kth, -math.inf)
 
 
@@ -134,8 +190,12 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
     cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (B, V)
     # drop a token when the tokens before it already reach top_p (the most probable one always stays)
-    drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p  # (B, V)
-    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    drop_sorted = (
+        cumulative - sorted_logits.softmax(dim=-1)
+    ) >= top_p  # (B, V)
+    drop = drop_sorted.scatter(
+        -1, order, drop_sorted
+    )  # back to vocabulary order
     return logits.masked_fill(drop, -math.inf)
 
 
@@ -167,11 +227,23 @@ def sample(
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
     """
-    if not (isinstance(temperature, (int, float)) and temperature > 0 and math.isfinite(temperature)):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+    if not (
+        isinstance(temperature, (int, float))
+        and temperature > 0
+        and math.isfinite(temperature)
+    ):
+        raise ValueError(
+            f"temperature must be a positive number, got {temperature!r}"
+        )
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1
+    ):
+        raise ValueError(
+            f"top_k must be a positive integer or None, got {top_k!r}"
+        )
+    if top_p is not None and not (
+        isinstance(top_p, (int, float)) and 0 < top_p <= 1
+    ):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
     def choose(logits: torch.Tensor) -> torch.Tensor:
@@ -180,7 +252,9 @@ def sample(
             logits = _filter_top_k(logits, top_k)
         if top_p is not None:
             logits = _filter_top_p(logits, top_p)
-        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)  # (B,)
+        return torch.multinomial(
+            logits.softmax(dim=-1), 1, generator=generator
+        ).squeeze(-1)  # (B,)
 
     return _generate(model, src, src_mask, max_len, bos_id, eos_id, choose)
 
@@ -188,7 +262,9 @@ def sample(
 # --- Beam search ----------------------------------------------------------------------------------
 
 
-def gnmt_length_penalty(length: torch.Tensor | int, alpha: float) -> torch.Tensor | float:
+def gnmt_length_penalty(
+    length: torch.Tensor | int, alpha: float
+) -> torch.Tensor | float:
     """The length penalty of Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6)^α; α = 0 turns it off."""
     return ((5 + length) / 6) ** alpha
 
@@ -237,10 +313,22 @@ def beam_search(
     Returns:
         A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-    if not (isinstance(length_penalty, (int, float)) and length_penalty >= 0 and math.isfinite(length_penalty)):
-        raise ValueError(f"length_penalty (alpha) must be a non-negative number, got {length_penalty!r}")
+    if (
+        isinstance(beam_size, bool)
+        or not isinstance(beam_size, int)
+        or beam_size < 1
+    ):
+        raise ValueError(
+            f"beam_size must be a positive integer, got {beam_size!r}"
+        )
+    if not (
+        isinstance(length_penalty, (int, float))
+        and length_penalty >= 0
+        and math.isfinite(length_penalty)
+    ):
+        raise ValueError(
+            f"length_penalty (alpha) must be a non-negative number, got {length_penalty!r}"
+        )
     pad_id = _check_common(model, src, max_len, bos_id, eos_id)
     B, K = src.size(0), beam_size
     device = src.device
@@ -252,37 +340,63 @@ def beam_search(
         ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
 
         # Every beam starts as the same "<bos>"; only the first may expand, or the K beams would be copies.
-        log_p = torch.full((B, K), -math.inf, device=device)  # (B, K)  log P of each beam
+        log_p = torch.full(
+            (B, K), -math.inf, device=device
+        )  # (B, K)  log P of each beam
         log_p[:, 0] = 0.0
-        lengths = torch.zeros(B, K, dtype=torch.long, device=device)  # (B, K)  generated tokens
-        finished = torch.zeros(B, K, dtype=torch.bool, device=device)  # (B, K)
+        lengths = torch.zeros(
+            B, K, dtype=torch.long, device=device
+        )  # (B, K)  generated tokens
+        finished = torch.zeros(
+            B, K, dtype=torch.bool, device=device
+        )  # (B, K)
 
         for _ in range(max_len - 1):
             logits = _next_logits(model, memory, src_mask, ys)  # (B·K, V)
             V = logits.size(-1)
-            token_log_p = F.log_softmax(logits, dim=-1).view(B, K, V)  # (B, K, V)
+            token_log_p = F.log_softmax(logits, dim=-1).view(
+                B, K, V
+            )  # (B, K, V)
             # a finished beam has one continuation, padding, which costs nothing and does not lengthen it
             pad_only = torch.full((V,), -math.inf, device=device)
             pad_only[pad_id] = 0.0
-            token_log_p = torch.where(finished[..., None], pad_only, token_log_p)  # (B, K, V)
+            token_log_p = torch.where(
+                finished[..., None], pad_only, token_log_p
+            )  # (B, K, V)
 
             cand_log_p = log_p[..., None] + token_log_p  # (B, K, V)
             cand_len = lengths + (~finished).long()  # (B, K)
-            cand_score = cand_log_p / gnmt_length_penalty(cand_len, length_penalty)[..., None]  # (B, K, V)
-            _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)  indices into K·V
-            beam, token = best // V, best % V  # (B, K) each: which beam it extends, with which token
+            cand_score = (
+                cand_log_p
+                / gnmt_length_penalty(cand_len, length_penalty)[..., None]
+            )  # (B, K, V)
+            _, best = cand_score.view(B, K * V).topk(
+                K, dim=-1
+            )  # (B, K)  indices into K·V
+            beam, token = (
+                best // V,
+                best % V,
+            )  # (B, K) each: which beam it extends, with which token
 
             log_p = cand_log_p.view(B, K * V).gather(1, best)  # (B, K)
             lengths = cand_len.gather(1, beam)  # (B, K)
             was_finished = finished.gather(1, beam)  # (B, K)
             finished = was_finished | (token == eos_id)  # (B, K)
-            rows = (beam + torch.arange(B, device=device)[:, None] * K).view(-1)  # (B·K,)  rows of ys to keep
-            ys = torch.cat([ys[rows], token.view(-1, 1)], dim=1)  # (B·K, T + 1)
+            rows = (beam + torch.arange(B, device=device)[:, None] * K).view(
+                -1
+            )  # (B·K,)  rows of ys to keep
+            ys = torch.cat(
+                [ys[rows], token.view(-1, 1)], dim=1
+            )  # (B·K, T + 1)
             if finished.all():
                 break
 
-        scores = log_p / gnmt_length_penalty(lengths, length_penalty)  # (B, K)
+        scores = log_p / gnmt_length_penalty(
+            lengths, length_penalty
+        )  # (B, K)
         best_beam = scores.argmax(dim=-1)  # (B,)
         pick = torch.arange(B, device=device) * K + best_beam  # (B,)
         arange = torch.arange(B, device=device)
-        return BeamSearchOutput(ys[pick], scores[arange, best_beam], log_p[arange, best_beam])
+        return BeamSearchOutput(
+            ys[pick], scores[arange, best_beam], log_p[arange, best_beam]
+        )

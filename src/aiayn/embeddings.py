@@ -1,6 +1,6 @@
 """Token embeddings and positional encodings (Vaswani et al. 2017, sections 3.4 and 3.5).
 
-    B  batch        L  sequence length        d_model  model width
+B  batch        L  sequence length        d_model  model width
 """
 
 from __future__ import annotations
@@ -12,7 +12,12 @@ from torch import nn
 
 from .checks import check_positive, check_token_dtype
 
-__all__ = ["Embeddings", "sinusoidal_encoding", "PositionalEncoding", "LearnedPositionalEmbedding"]
+__all__ = [
+    "Embeddings",
+    "sinusoidal_encoding",
+    "PositionalEncoding",
+    "LearnedPositionalEmbedding",
+]
 
 
 class Embeddings(nn.Module):
@@ -24,11 +29,15 @@ class Embeddings(nn.Module):
         padding_idx: optional id whose row stays zero and gets no gradient.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None):
+    def __init__(
+        self, vocab_size: int, d_model: int, padding_idx: int | None = None
+    ):
         super().__init__()
         check_positive(vocab_size=vocab_size, d_model=d_model)
         if padding_idx is not None and not 0 <= padding_idx < vocab_size:
-            raise ValueError(f"padding_idx must be in [0, {vocab_size}), got {padding_idx}")
+            raise ValueError(
+                f"padding_idx must be in [0, {vocab_size}), got {padding_idx}"
+            )
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.lut = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
@@ -44,10 +53,20 @@ class Embeddings(nn.Module):
         # The range check reads two numbers back from the device: done on CPU tensors (where the
         # chapters and tests run), skipped on accelerators and under torch.compile, where it would
         # stall the pipeline; there the embedding kernel's own index check still fires.
-        checkable = tokens.device.type == "cpu" and not torch.compiler.is_compiling()
-        if checkable and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+        checkable = (
+            tokens.device.type == "cpu" and not torch.compiler.is_compiling()
+        )
+        if (
+            checkable
+            and tokens.numel()
+            and (
+                int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size
+            )
+        ):
             low, high = int(tokens.min()), int(tokens.max())
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got values from {low} to {high}")
+            raise ValueError(
+                f"token ids must be in [0, {self.vocab_size}), got values from {low} to {high}"
+            )
         return self.lut(tokens) * math.sqrt(self.d_model)
 
 
@@ -66,9 +85,15 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
         ``(max_len, d_model)`` float32.
     """
     check_positive(max_len=max_len, d_model=d_model)
-    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d_model / 2),)
-    angle = position / torch.pow(10000.0, two_i / d_model)  # (max_len, ceil(d_model / 2))
+    position = torch.arange(max_len, dtype=torch.float64)[
+        :, None
+    ]  # (max_len, 1)
+    two_i = torch.arange(
+        0, d_model, 2, dtype=torch.float64
+    )  # (ceil(d_model / 2),)
+    angle = position / torch.pow(
+        10000.0, two_i / d_model
+    )  # (max_len, ceil(d_model / 2))
     pe = torch.zeros(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
@@ -84,17 +109,23 @@ class PositionalEncoding(nn.Module):
         max_len: longest sequence the table covers.
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
+    def __init__(
+        self, d_model: int, dropout: float = 0.1, max_len: int = 5000
+    ):
         super().__init__()
         check_positive(d_model=d_model, max_len=max_len)
         self.dropout = nn.Dropout(dropout)
         self.max_len = max_len
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.register_buffer(
+            "pe", sinusoidal_encoding(max_len, d_model), persistent=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
         if x.dim() != 3 or x.size(-1) != self.pe.size(1):
-            raise ValueError(f"expected input of shape (B, L, {self.pe.size(1)}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"expected input of shape (B, L, {self.pe.size(1)}), got {tuple(x.shape)}"
+            )
         if x.size(1) > self.max_len:
             raise ValueError(
                 f"sequence of length {x.size(1)} is longer than max_len={self.max_len} of the positional encoding"
@@ -119,7 +150,9 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Add position vectors to ``(B, L, d_model)`` embeddings."""
         if x.dim() != 3 or x.size(-1) != self.table.embedding_dim:
-            raise ValueError(f"expected input of shape (B, L, {self.table.embedding_dim}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"expected input of shape (B, L, {self.table.embedding_dim}), got {tuple(x.shape)}"
+            )
         if x.size(1) > self.max_len:
             raise ValueError(
                 f"sequence of length {x.size(1)} is longer than max_len={self.max_len} of the learned table"

@@ -53,7 +53,9 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
-        return self.w_2(self.dropout(self.w_1(x).relu()))  # (B, L, d_ff) inside
+        return self.w_2(
+            self.dropout(self.w_1(x).relu())
+        )  # (B, L, d_ff) inside
 
 
 class LayerNorm(nn.Module):
@@ -77,8 +79,12 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_model)`` -> ``(..., d_model)``."""
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        var = (
+            (x - mean).pow(2).mean(dim=-1, keepdim=True)
+        )  # (..., 1), biased
+        return (x - mean) / torch.sqrt(
+            var + self.eps
+        ) * self.weight + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"
@@ -94,13 +100,19 @@ class SublayerConnection(nn.Module):
             ``True``: ``x + Dropout(sublayer(LayerNorm(x)))``.
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.1, norm_first: bool = False):
+    def __init__(
+        self, d_model: int, dropout: float = 0.1, norm_first: bool = False
+    ):
         super().__init__()
         self.norm = LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        sublayer: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
@@ -128,11 +140,20 @@ class EncoderLayer(nn.Module):
         d_v: int | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, h, dropout, d_k=d_k, d_v=d_v)
+        self.self_attn = MultiHeadAttention(
+            d_model, h, dropout, d_k=d_k, d_v=d_v
+        )
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList([SublayerConnection(d_model, dropout, norm_first) for _ in range(2)])
+        self.sublayers = nn.ModuleList(
+            [
+                SublayerConnection(d_model, dropout, norm_first)
+                for _ in range(2)
+            ]
+        )
 
-    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Run the layer (or the stack) over the source.
 
         Args:
@@ -167,10 +188,19 @@ class DecoderLayer(nn.Module):
         d_v: int | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, h, dropout, d_k=d_k, d_v=d_v)
-        self.cross_attn = MultiHeadAttention(d_model, h, dropout, d_k=d_k, d_v=d_v)
+        self.self_attn = MultiHeadAttention(
+            d_model, h, dropout, d_k=d_k, d_v=d_v
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, h, dropout, d_k=d_k, d_v=d_v
+        )
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList([SublayerConnection(d_model, dropout, norm_first) for _ in range(3)])
+        self.sublayers = nn.ModuleList(
+            [
+                SublayerConnection(d_model, dropout, norm_first)
+                for _ in range(3)
+            ]
+        )
 
     def forward(
         self,
@@ -191,7 +221,9 @@ class DecoderLayer(nn.Module):
             ``(B, T, d_model)``.
         """
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
-        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+        x = self.sublayers[1](
+            x, lambda y: self.cross_attn(y, memory, memory, src_mask)
+        )
         return self.sublayers[2](x, self.feed_forward)
 
 
@@ -214,7 +246,12 @@ class _Stack(nn.Module):
         super().__init__()
         check_positive(N=N)
         self.layers = nn.ModuleList(
-            [self.layer_type(d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v) for _ in range(N)]
+            [
+                self.layer_type(
+                    d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v
+                )
+                for _ in range(N)
+            ]
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
@@ -232,7 +269,9 @@ class Encoder(_Stack):
 
     layer_type = EncoderLayer
 
-    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Run the layer (or the stack) over the source.
 
         Args:

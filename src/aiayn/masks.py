@@ -15,12 +15,18 @@ from .checks import check_positive, check_token_dtype
 __all__ = ["padding_mask", "subsequent_mask", "decoder_mask", "shift_right"]
 
 
-def _check_tokens(tokens: torch.Tensor, pad_id: int, name: str = "tokens") -> None:
+def _check_tokens(
+    tokens: torch.Tensor, pad_id: int, name: str = "tokens"
+) -> None:
     check_token_dtype(tokens, name)
     if tokens.dim() != 2:
-        raise ValueError(f"{name}: expected shape (B, L) of token ids, got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"{name}: expected shape (B, L) of token ids, got {tuple(tokens.shape)}"
+        )
     if isinstance(pad_id, bool) or not isinstance(pad_id, int) or pad_id < 0:
-        raise ValueError(f"pad_id must be a non-negative integer token id, got {pad_id!r}")
+        raise ValueError(
+            f"pad_id must be a non-negative integer token id, got {pad_id!r}"
+        )
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -37,7 +43,9 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 
-def subsequent_mask(n: int, device: torch.device | str | None = None) -> torch.Tensor:
+def subsequent_mask(
+    n: int, device: torch.device | str | None = None
+) -> torch.Tensor:
     """The look-ahead mask: position ``i`` may attend to positions ``0..i``.
 
     Args:
@@ -80,8 +88,12 @@ def shift_right(tokens: torch.Tensor, bos_id: int) -> torch.Tensor:
     """
     check_token_dtype(tokens)
     if tokens.dim() != 2:
-        raise ValueError(f"tokens: expected shape (B, T) of token ids, got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"tokens: expected shape (B, T) of token ids, got {tuple(tokens.shape)}"
+        )
     if isinstance(bos_id, bool) or not isinstance(bos_id, int) or bos_id < 0:
-        raise ValueError(f"bos_id must be a non-negative integer token id, got {bos_id!r}")
+        raise ValueError(
+            f"bos_id must be a non-negative integer token id, got {bos_id!r}"
+        )
     bos = torch.full_like(tokens[:, :1], bos_id)
     return torch.cat([bos, tokens[:, :-1]], dim=1)

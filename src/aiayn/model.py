@@ -18,7 +18,11 @@ from torch import nn
 
 from .attention import set_fused
 from .checks import check_positive, check_token_dtype
-from .embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding
+from .embeddings import (
+    Embeddings,
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+)
 from .layers import Decoder, Encoder
 from .masks import decoder_mask, padding_mask
 
@@ -52,7 +56,10 @@ TABLE3_VARIANTS: dict[str, dict[str, Any]] = {
     "E": {"learned_positions": True},
 }
 # Rows that change only a training setting: the architecture is the base model's.
-TABLE3_TRAINING_ONLY: dict[str, dict[str, float]] = {"D3": {"label_smoothing": 0.0}, "D4": {"label_smoothing": 0.2}}
+TABLE3_TRAINING_ONLY: dict[str, dict[str, float]] = {
+    "D3": {"label_smoothing": 0.0},
+    "D4": {"label_smoothing": 0.2},
+}
 # Parameter counts the paper reports, in millions (rows without a number are left out). With one shared
 # vocabulary of 37000 tokens, our counts for base and rows B and C come out 1 to 4 million below these (about
 # 4000 embedding rows' worth), while big comes out 1.3 million above; the paper gives its vocabulary size only
@@ -111,39 +118,71 @@ class TransformerConfig:
         for name in ("d_k", "d_v"):
             if getattr(self, name) is not None:
                 check_positive(**{name: getattr(self, name)})
-        if (self.d_k is None or self.d_v is None) and self.d_model % self.h != 0:
+        if (
+            self.d_k is None or self.d_v is None
+        ) and self.d_model % self.h != 0:
             raise ValueError(
                 f"d_model must be divisible by h to give d_k = d_model / h, got d_model={self.d_model}, h={self.h}"
             )
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"dropout must be in [0, 1), got {self.dropout!r}"
+            )
+        if (
+            self.share_embeddings
+            and self.src_vocab_size != self.tgt_vocab_size
+        ):
             raise ValueError(
                 "share_embeddings=True needs one vocabulary, got "
                 f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
             )
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
-            raise ValueError(f"pad_id must be an integer token id, got {self.pad_id!r}")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(
+                f"pad_id must be an integer token id, got {self.pad_id!r}"
+            )
+        if (
+            not 0
+            <= self.pad_id
+            < min(self.src_vocab_size, self.tgt_vocab_size)
+        ):
             raise ValueError(
                 f"pad_id must be in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}"
             )
 
     @classmethod
-    def base(cls, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any) -> TransformerConfig:
+    def base(
+        cls,
+        src_vocab_size: int,
+        tgt_vocab_size: int | None = None,
+        **overrides: Any,
+    ) -> TransformerConfig:
         """The base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; ``tgt_vocab_size`` defaults to the source's."""
         tgt = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
         return cls(src_vocab_size, tgt, **overrides)
 
     @classmethod
-    def big(cls, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any) -> TransformerConfig:
+    def big(
+        cls,
+        src_vocab_size: int,
+        tgt_vocab_size: int | None = None,
+        **overrides: Any,
+    ) -> TransformerConfig:
         """The big model: d_model=1024, d_ff=4096, h=16, P_drop=0.3 (the paper's EN-FR big model used 0.1)."""
-        settings = {"d_model": 1024, "d_ff": 4096, "h": 16, "dropout": 0.3} | overrides
+        settings = {
+            "d_model": 1024,
+            "d_ff": 4096,
+            "h": 16,
+            "dropout": 0.3,
+        } | overrides
         return cls.base(src_vocab_size, tgt_vocab_size, **settings)
 
     @classmethod
     def table3(
-        cls, row: str, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any
+        cls,
+        row: str,
+        src_vocab_size: int,
+        tgt_vocab_size: int | None = None,
+        **overrides: Any,
     ) -> TransformerConfig:
         """One row of Table 3 (``"A1"`` .. ``"E"``, see ``TABLE3_VARIANTS``) on top of the base model.
 
@@ -156,8 +195,14 @@ class TransformerConfig:
                 "build TransformerConfig.base(...) and pass it to the loss"
             )
         if row not in TABLE3_VARIANTS:
-            raise ValueError(f"unknown Table 3 row {row!r}, expected one of {sorted(TABLE3_VARIANTS)}")
-        return cls.base(src_vocab_size, tgt_vocab_size, **(TABLE3_VARIANTS[row] | overrides))
+            raise ValueError(
+                f"unknown Table 3 row {row!r}, expected one of {sorted(TABLE3_VARIANTS)}"
+            )
+        return cls.base(
+            src_vocab_size,
+            tgt_vocab_size,
+            **(TABLE3_VARIANTS[row] | overrides),
+        )
 
 
 class Transformer(nn.Module):
@@ -174,11 +219,33 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = c = config
         src_tokens = Embeddings(c.src_vocab_size, c.d_model)
-        tgt_tokens = src_tokens if c.share_embeddings else Embeddings(c.tgt_vocab_size, c.d_model)
+        tgt_tokens = (
+            src_tokens
+            if c.share_embeddings
+            else Embeddings(c.tgt_vocab_size, c.d_model)
+        )
         self.src_embed = nn.Sequential(src_tokens, *self._positions(c))
         self.tgt_embed = nn.Sequential(tgt_tokens, *self._positions(c))
-        self.encoder = Encoder(c.d_model, c.h, c.d_ff, c.dropout, c.N, c.norm_first, c.d_k, c.d_v)
-        self.decoder = Decoder(c.d_model, c.h, c.d_ff, c.dropout, c.N, c.norm_first, c.d_k, c.d_v)
+        self.encoder = Encoder(
+            c.d_model,
+            c.h,
+            c.d_ff,
+            c.dropout,
+            c.N,
+            c.norm_first,
+            c.d_k,
+            c.d_v,
+        )
+        self.decoder = Decoder(
+            c.d_model,
+            c.h,
+            c.d_ff,
+            c.dropout,
+            c.N,
+            c.norm_first,
+            c.d_k,
+            c.d_v,
+        )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         if c.tie_output:
             self.generator.weight = tgt_tokens.weight
@@ -190,31 +257,50 @@ class Transformer(nn.Module):
     @staticmethod
     def _positions(c: TransformerConfig) -> list[nn.Module]:
         if c.learned_positions:
-            return [LearnedPositionalEmbedding(c.max_len, c.d_model), nn.Dropout(c.dropout)]
+            return [
+                LearnedPositionalEmbedding(c.max_len, c.d_model),
+                nn.Dropout(c.dropout),
+            ]
         return [PositionalEncoding(c.d_model, c.dropout, c.max_len)]
 
     @staticmethod
     def _check_tokens(tokens: torch.Tensor, name: str) -> None:
         check_token_dtype(tokens, name)
         if tokens.dim() != 2:
-            raise ValueError(f"{name}: expected shape (B, L) of token ids, got {tuple(tokens.shape)}")
+            raise ValueError(
+                f"{name}: expected shape (B, L) of token ids, got {tuple(tokens.shape)}"
+            )
 
     @staticmethod
-    def _check_mask(mask: torch.Tensor, name: str, full: tuple[int, int, int, int]) -> None:
+    def _check_mask(
+        mask: torch.Tensor, name: str, full: tuple[int, int, int, int]
+    ) -> None:
         """Accept a boolean 4-D mask whose every axis is the full size or 1, except the last (keys)."""
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise TypeError(f"{name}: expected a boolean mask (True = may attend), got {kind}")
+            kind = (
+                mask.dtype
+                if isinstance(mask, torch.Tensor)
+                else type(mask).__name__
+            )
+            raise TypeError(
+                f"{name}: expected a boolean mask (True = may attend), got {kind}"
+            )
         shape = tuple(mask.shape)
         fits = (
             len(shape) == 4
             and shape[3] == full[3]
-            and all(s in (1, f) for s, f in zip(shape[:3], full[:3], strict=True))
+            and all(
+                s in (1, f) for s, f in zip(shape[:3], full[:3], strict=True)
+            )
         )
         if not fits:
-            raise ValueError(f"{name}: expected a 4-D mask broadcastable to (B, 1, L_q, L_k) = {full}, got {shape}")
+            raise ValueError(
+                f"{name}: expected a 4-D mask broadcastable to (B, 1, L_q, L_k) = {full}, got {shape}"
+            )
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Run the encoder.
 
         Args:
@@ -249,21 +335,36 @@ class Transformer(nn.Module):
         Returns:
             ``(B, T, d_model)``.
         """
-        if not isinstance(memory, torch.Tensor) or not memory.dtype.is_floating_point:
-            kind = memory.dtype if isinstance(memory, torch.Tensor) else type(memory).__name__
-            raise TypeError(f"memory: expected a floating-point tensor from encode(), got {kind}")
+        if (
+            not isinstance(memory, torch.Tensor)
+            or not memory.dtype.is_floating_point
+        ):
+            kind = (
+                memory.dtype
+                if isinstance(memory, torch.Tensor)
+                else type(memory).__name__
+            )
+            raise TypeError(
+                f"memory: expected a floating-point tensor from encode(), got {kind}"
+            )
         if memory.dim() != 3 or memory.size(-1) != self.config.d_model:
-            raise ValueError(f"memory: expected shape (B, S, {self.config.d_model}), got {tuple(memory.shape)}")
+            raise ValueError(
+                f"memory: expected shape (B, S, {self.config.d_model}), got {tuple(memory.shape)}"
+            )
         self._check_tokens(tgt, "tgt")
         if memory.size(0) != tgt.size(0):
-            raise ValueError(f"memory has batch size {memory.size(0)} but tgt has batch size {tgt.size(0)}")
+            raise ValueError(
+                f"memory has batch size {memory.size(0)} but tgt has batch size {tgt.size(0)}"
+            )
         B, T = tgt.shape
         if src_mask is not None:
             self._check_mask(src_mask, "src_mask", (B, 1, T, memory.size(1)))
         if tgt_mask is None:
             tgt_mask = decoder_mask(tgt, self.config.pad_id)
         self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
-        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)  # (B, T, d_model)
+        return self.decoder(
+            self.tgt_embed(tgt), memory, src_mask, tgt_mask
+        )  # (B, T, d_model)
 
     def forward(
         self,
@@ -287,7 +388,9 @@ class Transformer(nn.Module):
             self._check_tokens(src, "src")
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask)  # (B, S, d_model)
-        return self.generator(self.decode(memory, src_mask, tgt, tgt_mask))  # (B, T, V)
+        return self.generator(
+            self.decode(memory, src_mask, tgt, tgt_mask)
+        )  # (B, T, V)
 
     def attention_maps(self) -> dict[str, list[torch.Tensor]]:
         """The attention weights of the last forward pass (explicit path), one tensor per layer.
@@ -296,9 +399,15 @@ class Transformer(nn.Module):
             ``{"encoder": [(B, h, S, S)] * N, "decoder_self": [(B, h, T, T)] * N, "cross": [(B, h, T, S)] * N}``.
         """
         maps = {
-            "encoder": [layer.self_attn.attn for layer in self.encoder.layers],
-            "decoder_self": [layer.self_attn.attn for layer in self.decoder.layers],
-            "cross": [layer.cross_attn.attn for layer in self.decoder.layers],
+            "encoder": [
+                layer.self_attn.attn for layer in self.encoder.layers
+            ],
+            "decoder_self": [
+                layer.self_attn.attn for layer in self.decoder.layers
+            ],
+            "cross": [
+                layer.cross_attn.attn for layer in self.decoder.layers
+            ],
         }
         if any(a is None for layers in maps.values() for a in layers):
             raise RuntimeError(

@@ -66,7 +66,17 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from .bleu import corpus_bleu
-from .data import BOS, EOS, PAD, Tokenizer, collate, encode_pairs, load_multi30k, make_batches, train_tokenizer
+from .data import (
+    BOS,
+    EOS,
+    PAD,
+    Tokenizer,
+    collate,
+    encode_pairs,
+    load_multi30k,
+    make_batches,
+    train_tokenizer,
+)
 from .decoding import beam_search, greedy_decode
 from .model import Transformer, TransformerConfig, count_parameters
 from .training import (
@@ -172,9 +182,26 @@ class TrainConfig:
     max_len_b: int = 50
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "d_ff", "h", "N", "vocab_size", "max_tokens", "max_len", "epochs", "warmup"):
+        for name in (
+            "d_model",
+            "d_ff",
+            "h",
+            "N",
+            "vocab_size",
+            "max_tokens",
+            "max_len",
+            "epochs",
+            "warmup",
+        ):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("train_subset", "val_subset", "test_subset", "max_steps", "checkpoint_every", "cpu_threads"):
+        for name in (
+            "train_subset",
+            "val_subset",
+            "test_subset",
+            "max_steps",
+            "checkpoint_every",
+            "cpu_threads",
+        ):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1)
         _check_int("log_every", self.log_every, minimum=1)
@@ -183,21 +210,37 @@ class TrainConfig:
         _check_int("seed", self.seed, minimum=0)
         _check_int("max_len_b", self.max_len_b, minimum=0)
         if self.d_model % self.h:
-            raise ValueError(f"d_model must be divisible by h, got d_model={self.d_model}, h={self.h}")
+            raise ValueError(
+                f"d_model must be divisible by h, got d_model={self.d_model}, h={self.h}"
+            )
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            raise ValueError(
+                f"dropout must be in [0, 1), got {self.dropout!r}"
+            )
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+            raise ValueError(
+                f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}"
+            )
         if not self.lr_factor > 0:
-            raise ValueError(f"lr_factor must be positive, got {self.lr_factor!r}")
+            raise ValueError(
+                f"lr_factor must be positive, got {self.lr_factor!r}"
+            )
         if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError(f"clip_norm must be positive or None, got {self.clip_norm!r}")
+            raise ValueError(
+                f"clip_norm must be positive or None, got {self.clip_norm!r}"
+            )
         if self.amp not in ("auto", "bf16", None):
-            raise ValueError(f"amp must be 'auto', 'bf16' or None, got {self.amp!r}")
+            raise ValueError(
+                f"amp must be 'auto', 'bf16' or None, got {self.amp!r}"
+            )
         if not self.length_penalty >= 0:
-            raise ValueError(f"length_penalty must be non-negative, got {self.length_penalty!r}")
+            raise ValueError(
+                f"length_penalty must be non-negative, got {self.length_penalty!r}"
+            )
         if not self.max_len_a >= 0:
-            raise ValueError(f"max_len_a must be non-negative, got {self.max_len_a!r}")
+            raise ValueError(
+                f"max_len_a must be non-negative, got {self.max_len_a!r}"
+            )
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -205,13 +248,21 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown TrainConfig fields {unknown}; known fields are {sorted(known)}")
+            raise ValueError(
+                f"unknown TrainConfig fields {unknown}; known fields are {sorted(known)}"
+            )
         return cls(**values)
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+    ):
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}, got {value!r}"
+        )
 
 
 # The reasoning behind both presets is in the module docstring.
@@ -259,13 +310,18 @@ _SMOKE = TrainConfig(
     cpu_threads=1,
 )
 
-PRESETS: dict[str, TrainConfig] = {"multi30k": _MULTI30K, "multi30k-smoke": _SMOKE}
+PRESETS: dict[str, TrainConfig] = {
+    "multi30k": _MULTI30K,
+    "multi30k-smoke": _SMOKE,
+}
 
 
 def get_preset(name: str, **overrides: Any) -> TrainConfig:
     """The preset called ``name``, with some fields replaced: ``get_preset("multi30k", max_steps=100)``."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; the presets are: {', '.join(PRESETS)}")
+        raise ValueError(
+            f"unknown preset {name!r}; the presets are: {', '.join(PRESETS)}"
+        )
     return replace(PRESETS[name], **overrides)
 
 
@@ -305,14 +361,23 @@ def prepare_data(
         tokenizer: use this tokenizer instead of learning one (a resumed run reuses its own).
         cache_dir: where ``train_tokenizer`` caches models (default ``~/.cache/aiayn/tokenizers``).
     """
-    splits = {split: load_multi30k(split, root) for split in ("train", "val", "test2016")}
+    splits = {
+        split: load_multi30k(split, root)
+        for split in ("train", "val", "test2016")
+    }
     train_pairs = splits["train"][: cfg.train_subset]
     val_pairs = splits["val"][: cfg.val_subset]
     test_pairs = splits["test2016"][: cfg.test_subset]
     if tokenizer is None:
-        tokenizer = train_tokenizer(train_pairs, cfg.vocab_size, cache_dir=cache_dir)
+        tokenizer = train_tokenizer(
+            train_pairs, cfg.vocab_size, cache_dir=cache_dir
+        )
     train_ids = encode_pairs(tokenizer, train_pairs)
-    keep = [i for i, (s, t) in enumerate(train_ids) if max(len(s), len(t)) + 1 <= cfg.max_len]
+    keep = [
+        i
+        for i, (s, t) in enumerate(train_ids)
+        if max(len(s), len(t)) + 1 <= cfg.max_len
+    ]
     return PreparedData(
         tokenizer,
         [train_pairs[i] for i in keep],
@@ -345,7 +410,11 @@ def build_model(cfg: TrainConfig, tokenizer: Tokenizer | int) -> Transformer:
 
 
 def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
-    if amp == "bf16" or (amp == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()):
+    if amp == "bf16" or (
+        amp == "auto"
+        and device.type == "cuda"
+        and torch.cuda.is_bf16_supported()
+    ):
         return torch.bfloat16
     return None
 
@@ -377,7 +446,11 @@ def _cpu_threads(n: int | None, device: torch.device) -> Iterator[None]:
 
 
 def _pinned(batch: Batch) -> Batch:
-    tensors = {f.name: getattr(batch, f.name).pin_memory() for f in fields(batch) if f.name != "n_tokens"}
+    tensors = {
+        f.name: getattr(batch, f.name).pin_memory()
+        for f in fields(batch)
+        if f.name != "n_tokens"
+    }
     return replace(batch, **tensors)
 
 
@@ -395,7 +468,13 @@ class EpochBatches:
         pin_memory: pin each batch's tensors (only when CUDA is available).
     """
 
-    def __init__(self, pairs: IdPairs, max_tokens: int, seed: int = 0, pin_memory: bool = False):
+    def __init__(
+        self,
+        pairs: IdPairs,
+        max_tokens: int,
+        seed: int = 0,
+        pin_memory: bool = False,
+    ):
         self.pairs, self.max_tokens, self.seed = pairs, max_tokens, seed
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self._indices: dict[int, list[list[int]]] = {}
@@ -403,7 +482,13 @@ class EpochBatches:
     def indices(self, epoch: int) -> list[list[int]]:
         """Pair indices of each batch of ``epoch``."""
         if epoch not in self._indices:
-            self._indices[epoch] = make_batches(self.pairs, self.max_tokens, shuffle=True, seed=self.seed, epoch=epoch)
+            self._indices[epoch] = make_batches(
+                self.pairs,
+                self.max_tokens,
+                shuffle=True,
+                seed=self.seed,
+                epoch=epoch,
+            )
         return self._indices[epoch]
 
     def steps_through(self, epoch: int) -> int:
@@ -415,7 +500,9 @@ class EpochBatches:
 
     def __call__(self, epoch: int) -> Iterator[Batch]:
         for batch in self.indices(epoch):
-            src, tgt = collate([self.pairs[i] for i in batch])  # (B, S), (B, T)
+            src, tgt = collate(
+                [self.pairs[i] for i in batch]
+            )  # (B, S), (B, T)
             out = Batch.make(src, tgt, PAD, BOS)
             yield _pinned(out) if self.pin_memory else out
 
@@ -428,14 +515,23 @@ def _eval_batches(pairs: IdPairs, max_tokens: int) -> list[Batch]:
 
 
 @torch.no_grad()
-def _mean_loss(model: Transformer, batches: Sequence[Batch], device: torch.device, amp: torch.dtype | None) -> float:
+def _mean_loss(
+    model: Transformer,
+    batches: Sequence[Batch],
+    device: torch.device,
+    amp: torch.dtype | None,
+) -> float:
     """Per-token cross-entropy (no smoothing) of ``model`` on ``batches``, teacher forced."""
     loss_fn = LabelSmoothingLoss(0.0, ignore_index=PAD, reduction="sum")
     total, tokens = 0.0, 0
     for batch in batches:
         batch = batch.to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
+        with torch.autocast(
+            device.type, dtype=amp or torch.bfloat16, enabled=amp is not None
+        ):
+            logits = model(
+                batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
+            )  # (B, T, V)
         total += float(loss_fn(logits.float(), batch.tgt_out))
         tokens += batch.n_tokens
     return total / tokens
@@ -448,7 +544,14 @@ _RESUMABLE_CHANGES = {
     "epochs", "max_steps", "amp", "compile", "pin_memory", "cpu_threads", "log_every", "checkpoint_every",
     "beam", "length_penalty", "max_len_a", "max_len_b", "test_subset",
 }  # fmt: skip
-_RUN_FILES = ("checkpoint.pt", "metrics.jsonl", "summary.json", "results.json", "tokenizer.model", "config.json")
+_RUN_FILES = (
+    "checkpoint.pt",
+    "metrics.jsonl",
+    "summary.json",
+    "results.json",
+    "tokenizer.model",
+    "config.json",
+)
 
 
 def _epoch_checkpoints(run_dir: Path) -> list[Path]:
@@ -460,10 +563,17 @@ class ResumeError(ValueError):
 
 
 def _check_resumable(old: TrainConfig, new: TrainConfig) -> None:
-    changed = [f.name for f in fields(TrainConfig) if getattr(old, f.name) != getattr(new, f.name)]
+    changed = [
+        f.name
+        for f in fields(TrainConfig)
+        if getattr(old, f.name) != getattr(new, f.name)
+    ]
     fixed = [name for name in changed if name not in _RESUMABLE_CHANGES]
     if fixed:
-        details = ", ".join(f"{name}: {getattr(old, name)!r} -> {getattr(new, name)!r}" for name in fixed)
+        details = ", ".join(
+            f"{name}: {getattr(old, name)!r} -> {getattr(new, name)!r}"
+            for name in fixed
+        )
         raise ResumeError(
             f"cannot resume: the run was trained with other settings ({details}). "
             "Use another output folder, or resume=False (--no-resume) to start this one afresh"
@@ -473,7 +583,11 @@ def _check_resumable(old: TrainConfig, new: TrainConfig) -> None:
 def _read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def train(
@@ -507,7 +621,9 @@ def train(
     cfg = get_preset(cfg) if isinstance(cfg, str) else cfg
     device = _device(device)
     with _cpu_threads(cfg.cpu_threads, device):
-        return _train(cfg, Path(out_dir), root, device, progress, resume, start_time)
+        return _train(
+            cfg, Path(out_dir), root, device, progress, resume, start_time
+        )
 
 
 def _train(
@@ -525,13 +641,20 @@ def _train(
 
     resuming = resume and ckpt_path.is_file()
     if resuming:
-        _check_resumable(TrainConfig.from_dict(json.loads((out / "config.json").read_text())), cfg)
+        _check_resumable(
+            TrainConfig.from_dict(
+                json.loads((out / "config.json").read_text())
+            ),
+            cfg,
+        )
     else:
         for name in _RUN_FILES:
             (out / name).unlink(missing_ok=True)
         for path in [*_epoch_checkpoints(out), *out.glob("*.hyp.en")]:
             path.unlink()
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    (out / "config.json").write_text(
+        json.dumps(asdict(cfg), indent=2) + "\n"
+    )
 
     tokenizer = Tokenizer(out / "tokenizer.model") if resuming else None
     data = prepare_data(cfg, root, tokenizer=tokenizer)
@@ -541,11 +664,20 @@ def _train(
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.tokenizer).to(device)
     optimizer = make_optimizer(model)  # fused Adam when the model is on CUDA
-    scheduler = noam_scheduler(optimizer, cfg.d_model, cfg.warmup, cfg.lr_factor)
+    scheduler = noam_scheduler(
+        optimizer, cfg.d_model, cfg.warmup, cfg.lr_factor
+    )
     if cfg.compile:
         model.compile()  # in place: state_dict keys and attributes stay those of the plain model
-    batches = EpochBatches(data.train_ids, cfg.max_tokens, cfg.seed, cfg.pin_memory and device.type == "cuda")
-    val_batches = [b.to(device) for b in _eval_batches(data.val_ids, cfg.max_tokens)]  # moved once
+    batches = EpochBatches(
+        data.train_ids,
+        cfg.max_tokens,
+        cfg.seed,
+        cfg.pin_memory and device.type == "cuda",
+    )
+    val_batches = [
+        b.to(device) for b in _eval_batches(data.val_ids, cfg.max_tokens)
+    ]  # moved once
 
     # The metrics log, cut back to what the checkpoint knows about, then appended to.
     position = {"step": 0, "epoch": 0}
@@ -554,10 +686,16 @@ def _train(
         saved = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         position = {"step": saved["step"], "epoch": saved["epoch"]}
         del saved
-        records = [r for r in _read_metrics(metrics_path) if r["step"] <= position["step"]]
+        records = [
+            r
+            for r in _read_metrics(metrics_path)
+            if r["step"] <= position["step"]
+        ]
     metrics_path.write_text("".join(json.dumps(r) + "\n" for r in records))
     evaluated = {r["step"] for r in records if r["event"] == "eval"}
-    last_eval = next((r for r in reversed(records) if r["event"] == "eval"), {})
+    last_eval = next(
+        (r for r in reversed(records) if r["event"] == "eval"), {}
+    )
     first_step = position["step"]
 
     with open(metrics_path, "a") as log_file:
@@ -570,23 +708,46 @@ def _train(
             nonlocal last_eval
             if record["event"] == "step":
                 position.update(step=record["step"], epoch=record["epoch"])
-                if record["step"] % cfg.log_every == 0 or record["step"] == first_step + 1:
+                if (
+                    record["step"] % cfg.log_every == 0
+                    or record["step"] == first_step + 1
+                ):
                     seconds = record["seconds"]
-                    write({**record, "tokens_per_s": record["tokens"] / seconds if seconds > 0 else 0.0})
-            elif record["step"] not in evaluated:  # a resume at an epoch's end evaluates that epoch again
+                    write(
+                        {
+                            **record,
+                            "tokens_per_s": record["tokens"] / seconds
+                            if seconds > 0
+                            else 0.0,
+                        }
+                    )
+            elif (
+                record["step"] not in evaluated
+            ):  # a resume at an epoch's end evaluates that epoch again
                 evaluated.add(record["step"])
                 last_eval = record
                 write(record)
 
         def eval_fn(model: Transformer) -> dict[str, float]:
-            epoch_done = position["step"] == batches.steps_through(position["epoch"])
+            epoch_done = position["step"] == batches.steps_through(
+                position["epoch"]
+            )
             if epoch_done and cfg.average_last > 1:
                 epoch_file = out / f"epoch-{position['epoch'] + 1:03d}.pt"
-                save_checkpoint(epoch_file, model, step=position["step"], epoch=position["epoch"] + 1)
+                save_checkpoint(
+                    epoch_file,
+                    model,
+                    step=position["step"],
+                    epoch=position["epoch"] + 1,
+                )
                 for old in _epoch_checkpoints(out)[: -cfg.average_last]:
                     old.unlink()
             val_loss = _mean_loss(model, val_batches, device, amp)
-            return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0)), "epoch_done": epoch_done}
+            return {
+                "val_loss": val_loss,
+                "val_ppl": math.exp(min(val_loss, 50.0)),
+                "epoch_done": epoch_done,
+            }
 
         history = fit(
             model,
@@ -594,7 +755,9 @@ def _train(
             epochs=cfg.epochs,
             optimizer=optimizer,
             scheduler=scheduler,
-            loss_fn=LabelSmoothingLoss(cfg.label_smoothing, ignore_index=PAD),
+            loss_fn=LabelSmoothingLoss(
+                cfg.label_smoothing, ignore_index=PAD
+            ),
             clip_norm=cfg.clip_norm,
             amp_dtype=amp,
             device=device,
@@ -624,7 +787,8 @@ def _train(
         "resumed_from_step": first_step if resuming else None,
         "steps": history.step[-1] if history.step else first_step,
         "steps_this_run": len(new),
-        "epochs_done": position["epoch"] + int(bool(last_eval.get("epoch_done", False))),
+        "epochs_done": position["epoch"]
+        + int(bool(last_eval.get("epoch_done", False))),
         "wall_s": time.perf_counter() - start_time,
         "train_s": seconds,
         "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
@@ -634,7 +798,9 @@ def _train(
         "val_ppl": last_eval.get("val_ppl"),
     }
     if device.type == "cuda":
-        summary["peak_memory_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        summary["peak_memory_mib"] = (
+            torch.cuda.max_memory_allocated(device) / 2**20
+        )
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -642,22 +808,32 @@ def _train(
 # --- Loading a run and translating ----------------------------------------------------------------
 
 
-def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
+def average_checkpoints(
+    paths: Sequence[str | os.PathLike],
+) -> dict[str, torch.Tensor]:
     """The element-wise mean of the model weights in ``paths`` (floating-point tensors; others from the last)."""
     if not paths:
-        raise ValueError("average_checkpoints: expected at least one checkpoint path, got none")
+        raise ValueError(
+            "average_checkpoints: expected at least one checkpoint path, got none"
+        )
     states = [load_checkpoint(p)["model"] for p in paths]
     mean = {}
     for key, value in states[-1].items():
         if value.is_floating_point():
-            mean[key] = sum(s[key].double() for s in states).div(len(states)).to(value.dtype)
+            mean[key] = (
+                sum(s[key].double() for s in states)
+                .div(len(states))
+                .to(value.dtype)
+            )
         else:
             mean[key] = value
     return mean
 
 
 def load_run(
-    run_dir: str | os.PathLike, device: torch.device | str | None = None, average: bool = True
+    run_dir: str | os.PathLike,
+    device: torch.device | str | None = None,
+    average: bool = True,
 ) -> tuple[TrainConfig, Tokenizer, Transformer, list[str]]:
     """Rebuild a trained model from its run folder, in eval mode.
 
@@ -670,19 +846,34 @@ def load_run(
     run = Path(run_dir)
     for name in ("config.json", "tokenizer.model", "checkpoint.pt"):
         if not (run / name).is_file():
-            raise FileNotFoundError(f"{run / name} is missing: is {run} a run folder written by aiayn.recipes.train?")
-    cfg = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+            raise FileNotFoundError(
+                f"{run / name} is missing: is {run} a run folder written by aiayn.recipes.train?"
+            )
+    cfg = TrainConfig.from_dict(
+        json.loads((run / "config.json").read_text())
+    )
     tokenizer = Tokenizer(run / "tokenizer.model")
     model = build_model(cfg, tokenizer)
     sources = [run / "checkpoint.pt"]
     if average and cfg.average_last > 1:
         epochs = _epoch_checkpoints(run)
-        final_step = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)["step"]
-        last_epoch_step = load_checkpoint(epochs[-1])["step"] if epochs else -1
-        sources = epochs + ([run / "checkpoint.pt"] if final_step > last_epoch_step else [])
+        final_step = torch.load(
+            run / "checkpoint.pt", map_location="cpu", weights_only=True
+        )["step"]
+        last_epoch_step = (
+            load_checkpoint(epochs[-1])["step"] if epochs else -1
+        )
+        sources = epochs + (
+            [run / "checkpoint.pt"] if final_step > last_epoch_step else []
+        )
         sources = sources[-cfg.average_last :]
     model.load_state_dict(average_checkpoints(sources))
-    return cfg, tokenizer, model.to(_device(device)).eval(), [p.name for p in sources]
+    return (
+        cfg,
+        tokenizer,
+        model.to(_device(device)).eval(),
+        [p.name for p in sources],
+    )
 
 
 def translate(
@@ -714,28 +905,51 @@ def translate(
         max_len_a, max_len_b: the output length limit.
         amp_dtype: run under ``torch.autocast`` with this dtype (``torch.bfloat16`` on CUDA is faster).
     """
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+    if isinstance(sentences, str) or not all(
+        isinstance(s, str) for s in sentences
+    ):
         raise TypeError("sentences: expected a list of str")
     _check_int("beam", beam, minimum=1)
     _check_int("batch_size", batch_size, minimum=1)
     device = next(model.parameters()).device
     max_len = model.config.max_len
-    ids = [s[: max_len - 1] + [EOS] for s in tokenizer.encode_batch(list(sentences))]
+    ids = [
+        s[: max_len - 1] + [EOS]
+        for s in tokenizer.encode_batch(list(sentences))
+    ]
     by_length: dict[int, list[int]] = {}
     for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
         by_length.setdefault(len(ids[i]), []).append(i)
-    chunks = [same[k : k + batch_size] for same in by_length.values() for k in range(0, len(same), batch_size)]
+    chunks = [
+        same[k : k + batch_size]
+        for same in by_length.values()
+        for k in range(0, len(same), batch_size)
+    ]
     out: list[str] = [""] * len(ids)
     for chunk in chunks:
         S = len(ids[chunk[0]])
-        src = torch.tensor([ids[i] for i in chunk], dtype=torch.long, device=device)  # (B, S), no padding
-        limit = min(int(max_len_a * S + max_len_b) + 1, max_len)  # + 1 for <bos>
-        with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+        src = torch.tensor(
+            [ids[i] for i in chunk], dtype=torch.long, device=device
+        )  # (B, S), no padding
+        limit = min(
+            int(max_len_a * S + max_len_b) + 1, max_len
+        )  # + 1 for <bos>
+        with torch.autocast(
+            device.type,
+            dtype=amp_dtype or torch.bfloat16,
+            enabled=amp_dtype is not None,
+        ):
             if beam == 1:
-                tokens = greedy_decode(model, src, None, limit, BOS, EOS)  # (B, L)
+                tokens = greedy_decode(
+                    model, src, None, limit, BOS, EOS
+                )  # (B, L)
             else:
-                tokens = beam_search(model, src, None, limit, BOS, EOS, beam, length_penalty).tokens  # (B, L)
-        for i, text in zip(chunk, tokenizer.decode_batch(tokens.cpu()), strict=True):
+                tokens = beam_search(
+                    model, src, None, limit, BOS, EOS, beam, length_penalty
+                ).tokens  # (B, L)
+        for i, text in zip(
+            chunk, tokenizer.decode_batch(tokens.cpu()), strict=True
+        ):
             out[i] = text
     return out
 
@@ -743,14 +957,18 @@ def translate(
 # --- Evaluation -----------------------------------------------------------------------------------
 
 
-def _sacrebleu(hypotheses: list[str], references: list[str]) -> tuple[float | None, str | None]:
+def _sacrebleu(
+    hypotheses: list[str], references: list[str]
+) -> tuple[float | None, str | None]:
     """sacreBLEU's score and signature, the reference scorer (an optional dependency, imported here only)."""
     try:
         from sacrebleu.metrics import BLEU
     except ImportError:
         return None, None
     bleu = BLEU()
-    return bleu.corpus_score(hypotheses, [references]).score, str(bleu.get_signature())
+    return bleu.corpus_score(hypotheses, [references]).score, str(
+        bleu.get_signature()
+    )
 
 
 def evaluate(
@@ -789,21 +1007,40 @@ def evaluate(
     device = next(model.parameters()).device
     amp = _amp_dtype(cfg.amp, device)
     beam = cfg.beam if beam is None else beam
-    length_penalty = cfg.length_penalty if length_penalty is None else length_penalty
+    length_penalty = (
+        cfg.length_penalty if length_penalty is None else length_penalty
+    )
     limit = cfg.test_subset if limit == "config" else limit
     pairs = load_multi30k(split, root)[:limit]
     sources_text, references = [s for s, _ in pairs], [t for _, t in pairs]
     if log:
-        log(f"translating {len(pairs)} sentences of {split} with beam {beam}, α {length_penalty} on {device}")
+        log(
+            f"translating {len(pairs)} sentences of {split} with beam {beam}, α {length_penalty} on {device}"
+        )
 
     with _cpu_threads(cfg.cpu_threads, device):
         start = time.perf_counter()
         hypotheses = translate(
-            model, tokenizer, sources_text, beam, length_penalty, batch_size, cfg.max_len_a, cfg.max_len_b, amp
+            model,
+            tokenizer,
+            sources_text,
+            beam,
+            length_penalty,
+            batch_size,
+            cfg.max_len_a,
+            cfg.max_len_b,
+            amp,
         )
         decode_s = time.perf_counter() - start
-        loss = _mean_loss(model, _eval_batches(encode_pairs(tokenizer, pairs), cfg.max_tokens), device, amp)
-    (run / f"{split}.hyp.en").write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses))
+        loss = _mean_loss(
+            model,
+            _eval_batches(encode_pairs(tokenizer, pairs), cfg.max_tokens),
+            device,
+            amp,
+        )
+    (run / f"{split}.hyp.en").write_text(
+        "".join(h.replace("\n", " ") + "\n" for h in hypotheses)
+    )
     ours = corpus_bleu(hypotheses, references)
     sacre, signature = _sacrebleu(hypotheses, references)
     result = {
@@ -825,7 +1062,11 @@ def evaluate(
         "torch": torch.__version__,
     }
     results_path = run / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    results = (
+        json.loads(results_path.read_text())
+        if results_path.is_file()
+        else {}
+    )
     results[split] = result
     results_path.write_text(json.dumps(results, indent=2) + "\n")
     return result

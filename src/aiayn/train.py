@@ -24,15 +24,47 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m aiayn.train",
         description="Train a Transformer on Multi30k de->en from a preset. Running it again resumes the run.",
     )
-    parser.add_argument("--preset", default="multi30k", help=f"one of: {', '.join(PRESETS)} (default multi30k)")
-    parser.add_argument("--out", required=True, help="run folder, e.g. runs/base")
-    parser.add_argument("--data", default=None, help="Multi30k folder (default $AIAYN_DATA or ~/.cache/aiayn/multi30k)")
-    parser.add_argument("--device", default=None, help="cuda, cpu, cuda:1 ... (default cuda when available)")
-    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps in total")
-    parser.add_argument("--epochs", type=int, default=None, help="override the preset's number of epochs")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--no-resume", action="store_true", help="start afresh, replacing the run's files")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--preset",
+        default="multi30k",
+        help=f"one of: {', '.join(PRESETS)} (default multi30k)",
+    )
+    parser.add_argument(
+        "--out", required=True, help="run folder, e.g. runs/base"
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="Multi30k folder (default $AIAYN_DATA or ~/.cache/aiayn/multi30k)",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cuda, cpu, cuda:1 ... (default cuda when available)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="stop after this many optimizer steps in total",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="override the preset's number of epochs",
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile the model"
+    )
+    parser.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start afresh, replacing the run's files",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar"
+    )
     return parser
 
 
@@ -57,11 +89,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
         parser.error(str(err))
     try:
         summary = train(
-            cfg, args.out, root=args.data, device=args.device, progress=not args.no_progress, resume=not args.no_resume
+            cfg,
+            args.out,
+            root=args.data,
+            device=args.device,
+            progress=not args.no_progress,
+            resume=not args.no_resume,
         )
-    except ResumeError as err:  # the run folder was trained with other settings
+    except (
+        ResumeError
+    ) as err:  # the run folder was trained with other settings
         parser.error(str(err))
-    val = "n/a" if summary["val_loss"] is None else f"{summary['val_loss']:.3f} (ppl {summary['val_ppl']:.2f})"
+    val = (
+        "n/a"
+        if summary["val_loss"] is None
+        else f"{summary['val_loss']:.3f} (ppl {summary['val_ppl']:.2f})"
+    )
     print(
         f"{cfg.name}: {summary['steps']} steps ({summary['steps_this_run']} now) in {summary['wall_s']:.1f} s "
         f"on {summary['device_name']}, torch {summary['torch']}\n"

@@ -43,7 +43,9 @@ __all__ = [
 # --- Optimizer and learning-rate schedule ---------------------------------------------------------
 
 
-def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
+def noam_rate(
+    step: int, d_model: int, warmup: int = 4000, factor: float = 1.0
+) -> float:
     """The learning rate of section 5.3: factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
 
     It grows linearly for the first ``warmup`` steps, peaks at step ``warmup`` with the value
@@ -65,7 +67,10 @@ def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) 
 
 
 def noam_scheduler(
-    optimizer: torch.optim.Optimizer, d_model: int, warmup: int = 4000, factor: float = 1.0
+    optimizer: torch.optim.Optimizer,
+    d_model: int,
+    warmup: int = 4000,
+    factor: float = 1.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` that sets the learning rate to ``noam_rate`` at every step.
 
@@ -108,7 +113,9 @@ def make_optimizer(
     """
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise ValueError("make_optimizer: the model has no trainable parameters")
+        raise ValueError(
+            "make_optimizer: the model has no trainable parameters"
+        )
     if fused is None:
         fused = all(p.is_cuda for p in params)
     return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, fused=fused)
@@ -140,17 +147,28 @@ class LabelSmoothingLoss(nn.Module):
         reduction: ``"mean"`` over non-ignored tokens, ``"sum"``, or ``"none"`` (per token, 0 where ignored).
     """
 
-    def __init__(self, smoothing: float = 0.1, ignore_index: int = -100, reduction: str = "mean"):
+    def __init__(
+        self,
+        smoothing: float = 0.1,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ):
         super().__init__()
         if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
+            raise ValueError(
+                f"smoothing must be in [0, 1), got {smoothing!r}"
+            )
         if reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+            raise ValueError(
+                f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+            )
         self.smoothing = smoothing
         self.ignore_index = ignore_index
         self.reduction = reduction
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, logits: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
         """Compute the loss.
 
         Args:
@@ -161,24 +179,36 @@ class LabelSmoothingLoss(nn.Module):
             A scalar (``"mean"``, ``"sum"``) or the per-token losses shaped like ``target`` (``"none"``).
         """
         check_token_dtype(target, "target")
-        if logits.dim() not in (2, 3) or tuple(logits.shape[:-1]) != tuple(target.shape):
+        if logits.dim() not in (2, 3) or tuple(logits.shape[:-1]) != tuple(
+            target.shape
+        ):
             raise ValueError(
                 f"expected logits (N, C) with target (N,) or logits (B, T, C) with target (B, T), "
                 f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         C = logits.size(-1)
-        log_p = F.log_softmax(logits.float().reshape(-1, C), dim=-1)  # (N, C)
+        log_p = F.log_softmax(
+            logits.float().reshape(-1, C), dim=-1
+        )  # (N, C)
         target = target.reshape(-1)  # (N,)
         keep = target != self.ignore_index  # (N,)
-        safe_target = torch.where(keep, target, torch.zeros_like(target))  # any valid id where ignored
-        nll = -log_p.gather(-1, safe_target[:, None]).squeeze(-1)  # (N,)  −log p_target
+        safe_target = torch.where(
+            keep, target, torch.zeros_like(target)
+        )  # any valid id where ignored
+        nll = -log_p.gather(-1, safe_target[:, None]).squeeze(
+            -1
+        )  # (N,)  −log p_target
         uniform = -log_p.mean(dim=-1)  # (N,)  mean over classes of −log p_c
-        loss = ((1.0 - self.smoothing) * nll + self.smoothing * uniform) * keep  # (N,)
+        loss = (
+            (1.0 - self.smoothing) * nll + self.smoothing * uniform
+        ) * keep  # (N,)
         if self.reduction == "none":
             return loss.view(logits.shape[:-1])  # (N,) or (B, T)
         if self.reduction == "sum":
             return loss.sum()
-        return loss.sum() / keep.sum()  # NaN when every token is ignored, as F.cross_entropy
+        return (
+            loss.sum() / keep.sum()
+        )  # NaN when every token is ignored, as F.cross_entropy
 
     def extra_repr(self) -> str:
         return f"smoothing={self.smoothing}, ignore_index={self.ignore_index}, reduction={self.reduction!r}"
@@ -212,7 +242,9 @@ class Batch:
     n_tokens: int
 
     @classmethod
-    def make(cls, src: torch.Tensor, tgt: torch.Tensor, pad_id: int, bos_id: int) -> Batch:
+    def make(
+        cls, src: torch.Tensor, tgt: torch.Tensor, pad_id: int, bos_id: int
+    ) -> Batch:
         """Build a batch from padded tensors.
 
         Args:
@@ -229,7 +261,9 @@ class Batch:
                 f"got src {tuple(src.shape)} and tgt {tuple(tgt.shape)}"
             )
         if bos_id == pad_id:
-            raise ValueError(f"bos_id and pad_id must differ (the <bos> column would be masked), got both {pad_id}")
+            raise ValueError(
+                f"bos_id and pad_id must differ (the <bos> column would be masked), got both {pad_id}"
+            )
         tgt_in = shift_right(tgt, bos_id)  # (B, T)
         return cls(
             src=src,
@@ -241,7 +275,13 @@ class Batch:
         )
 
     @classmethod
-    def from_pairs(cls, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], pad_id: int, bos_id: int) -> Batch:
+    def from_pairs(
+        cls,
+        src: Sequence[Sequence[int]],
+        tgt: Sequence[Sequence[int]],
+        pad_id: int,
+        bos_id: int,
+    ) -> Batch:
         """Pad lists of id sequences and build a batch.
 
         Args:
@@ -256,10 +296,14 @@ class Batch:
             )
         return cls.make(_pad(src, pad_id), _pad(tgt, pad_id), pad_id, bos_id)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+    def to(
+        self, device: torch.device | str, non_blocking: bool = False
+    ) -> Batch:
         """A copy of the batch with every tensor on ``device``."""
         moved = {
-            f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+            f.name: getattr(self, f.name).to(
+                device, non_blocking=non_blocking
+            )
             for f in fields(self)
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
@@ -267,7 +311,9 @@ class Batch:
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)  # (B, L)
+    out = torch.full(
+        (len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long
+    )  # (B, L)
     for row, seq in enumerate(seqs):
         out[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
     return out
@@ -304,19 +350,34 @@ def copy_task_batches(
         A list of ``n_batches`` ``Batch`` objects with ``src`` ``(batch_size, ≤ seq_len)`` and
         ``tgt_out`` ``(batch_size, ≤ seq_len + 1)``.
     """
-    check_positive(n_batches=n_batches, batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size)
+    check_positive(
+        n_batches=n_batches,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        vocab_size=vocab_size,
+    )
     first = max(pad_id, bos_id, eos_id) + 1
     if vocab_size <= first:
-        raise ValueError(f"vocab_size must leave ids for ordinary tokens above {first - 1}, got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must leave ids for ordinary tokens above {first - 1}, got {vocab_size}"
+        )
     min_len = seq_len if min_len is None else min_len
     if not 1 <= min_len <= seq_len:
-        raise ValueError(f"min_len must be in [1, seq_len={seq_len}], got {min_len}")
+        raise ValueError(
+            f"min_len must be in [1, seq_len={seq_len}], got {min_len}"
+        )
     g = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(n_batches):
-        tokens = torch.randint(first, vocab_size, (batch_size, seq_len), generator=g)  # (B, S)
-        lengths = torch.randint(min_len, seq_len + 1, (batch_size,), generator=g).tolist()
-        src = [row[:n].tolist() for row, n in zip(tokens, lengths, strict=True)]
+        tokens = torch.randint(
+            first, vocab_size, (batch_size, seq_len), generator=g
+        )  # (B, S)
+        lengths = torch.randint(
+            min_len, seq_len + 1, (batch_size,), generator=g
+        ).tolist()
+        src = [
+            row[:n].tolist() for row, n in zip(tokens, lengths, strict=True)
+        ]
         tgt = [(s[::-1] if reverse else s) + [eos_id] for s in src]
         batches.append(Batch.from_pairs(src, tgt, pad_id, bos_id))
     return batches
@@ -377,7 +438,9 @@ def save_checkpoint(
         "extra": {} if extra is None else extra,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(checkpoint, f)
@@ -411,13 +474,17 @@ def load_checkpoint(
     Returns:
         The checkpoint dict: ``model``, ``optimizer``, ``scheduler``, ``step``, ``epoch``, ``rng``, ``extra``.
     """
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    checkpoint = torch.load(
+        path, map_location=map_location, weights_only=True
+    )
     if model is not None:
         model.load_state_dict(checkpoint["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler")):
         if obj is not None:
             if checkpoint[key] is None:
-                raise ValueError(f"{path}: the checkpoint holds no {key} state, but a {key} was given to load into")
+                raise ValueError(
+                    f"{path}: the checkpoint holds no {key} state, but a {key} was given to load into"
+                )
             obj.load_state_dict(checkpoint[key])
     return checkpoint
 
@@ -451,7 +518,15 @@ class History:
         """The history as plain lists (stored in checkpoints)."""
         return {f.name: list(getattr(self, f.name)) for f in fields(self)}
 
-    def record(self, step: int, epoch: int, loss: float, lr: float, tokens: int, seconds: float) -> None:
+    def record(
+        self,
+        step: int,
+        epoch: int,
+        loss: float,
+        lr: float,
+        tokens: int,
+        seconds: float,
+    ) -> None:
         """Append one step."""
         self.step.append(step)
         self.epoch.append(epoch)
@@ -462,7 +537,9 @@ class History:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, list]) -> History:
-        return cls(**{f.name: list(state.get(f.name, [])) for f in fields(cls)})
+        return cls(
+            **{f.name: list(state.get(f.name, [])) for f in fields(cls)}
+        )
 
     @property
     def tokens_per_second(self) -> float:
@@ -478,14 +555,22 @@ def _epoch_batches(batches: BatchSource, epoch: int) -> Iterable[Batch]:
     return batches(epoch) if callable(batches) else batches
 
 
-def _as_batch(item: Batch | tuple[torch.Tensor, torch.Tensor], pad_id: int, bos_id: int | None) -> Batch:
+def _as_batch(
+    item: Batch | tuple[torch.Tensor, torch.Tensor],
+    pad_id: int,
+    bos_id: int | None,
+) -> Batch:
     if isinstance(item, Batch):
         return item
     if isinstance(item, (tuple, list)) and len(item) == 2:
         if bos_id is None:
-            raise ValueError("fit got (src, tgt) pairs instead of Batch objects: pass bos_id so it can build them")
+            raise ValueError(
+                "fit got (src, tgt) pairs instead of Batch objects: pass bos_id so it can build them"
+            )
         return Batch.make(item[0], item[1], pad_id, bos_id)
-    raise TypeError(f"fit expects Batch objects or (src, tgt) tensor pairs, got {type(item).__name__}")
+    raise TypeError(
+        f"fit expects Batch objects or (src, tgt) tensor pairs, got {type(item).__name__}"
+    )
 
 
 def fit(
@@ -495,7 +580,8 @@ def fit(
     epochs: int = 1,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    | None = None,
     clip_norm: float | None = 1.0,
     amp_dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
@@ -555,15 +641,27 @@ def fit(
         The ``History`` of the whole run (including steps before a resume).
     """
     check_positive(epochs=epochs)
-    for name, value in (("max_steps", max_steps), ("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+    for name, value in (
+        ("max_steps", max_steps),
+        ("eval_every", eval_every),
+        ("checkpoint_every", checkpoint_every),
+    ):
         if value is not None:
             check_positive(**{name: value})
     if amp_dtype not in (None, torch.bfloat16):
-        raise ValueError(f"amp_dtype must be None or torch.bfloat16, got {amp_dtype} (float16 needs a GradScaler)")
+        raise ValueError(
+            f"amp_dtype must be None or torch.bfloat16, got {amp_dtype} (float16 needs a GradScaler)"
+        )
     if clip_norm is not None and not clip_norm > 0:
-        raise ValueError(f"clip_norm must be positive or None, got {clip_norm!r}")
+        raise ValueError(
+            f"clip_norm must be positive or None, got {clip_norm!r}"
+        )
 
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+    device = (
+        torch.device(device)
+        if device is not None
+        else next(model.parameters()).device
+    )
     model.to(device)
     pad_id = getattr(getattr(model, "config", None), "pad_id", 0)
     if optimizer is None:
@@ -577,18 +675,38 @@ def fit(
     step, start_epoch, skip = 0, 0, 0
     resume_rng = None
     if resume_from is not None:
-        checkpoint = load_checkpoint(resume_from, model, optimizer, scheduler)
+        checkpoint = load_checkpoint(
+            resume_from, model, optimizer, scheduler
+        )
         step, start_epoch = checkpoint["step"], checkpoint["epoch"]
         extra = checkpoint["extra"]
         skip = extra.get("batches_done", 0)
         history = History.from_state_dict(extra.get("history", {}))
-        _set_rng_state(extra.get("epoch_rng", checkpoint["rng"]))  # the RNG as the checkpoint's epoch began
-        resume_rng = checkpoint["rng"] if skip else None  # mid-epoch: the RNG after the batches consumed
+        _set_rng_state(
+            extra.get("epoch_rng", checkpoint["rng"])
+        )  # the RNG as the checkpoint's epoch began
+        resume_rng = (
+            checkpoint["rng"] if skip else None
+        )  # mid-epoch: the RNG after the batches consumed
 
-    def save(epoch: int, batches_done: int, epoch_rng: dict[str, Any]) -> None:
+    def save(
+        epoch: int, batches_done: int, epoch_rng: dict[str, Any]
+    ) -> None:
         if checkpoint_path is not None:
-            extra = {"batches_done": batches_done, "epoch_rng": epoch_rng, "history": history.state_dict()}
-            save_checkpoint(checkpoint_path, model, optimizer, scheduler, step, epoch, extra)
+            extra = {
+                "batches_done": batches_done,
+                "epoch_rng": epoch_rng,
+                "history": history.state_dict(),
+            }
+            save_checkpoint(
+                checkpoint_path,
+                model,
+                optimizer,
+                scheduler,
+                step,
+                epoch,
+                extra,
+            )
 
     def evaluate(epoch: int) -> None:
         was_training = model.training
@@ -607,23 +725,40 @@ def fit(
         for epoch in range(start_epoch, epochs):
             if max_steps is not None and step >= max_steps:
                 break
-            epoch_rng = _rng_state()  # the state that any shuffling inside iter() below draws from
+            epoch_rng = (
+                _rng_state()
+            )  # the state that any shuffling inside iter() below draws from
             iterator: Iterator = iter(_epoch_batches(batches, epoch))
             batches_done = 0
-            if skip:  # resuming mid-epoch: pass over the batches already consumed
+            if (
+                skip
+            ):  # resuming mid-epoch: pass over the batches already consumed
                 for _ in range(skip):
                     next(iterator, None)
                 batches_done, skip = skip, 0
-            if resume_rng is not None:  # ... then continue from the RNG state of the checkpoint
+            if (
+                resume_rng is not None
+            ):  # ... then continue from the RNG state of the checkpoint
                 _set_rng_state(resume_rng)
                 resume_rng = None
 
             for item in iterator:
-                batch = _as_batch(item, pad_id, bos_id).to(device, non_blocking=True)
+                batch = _as_batch(item, pad_id, bos_id).to(
+                    device, non_blocking=True
+                )
                 start = time.perf_counter()
                 lr = optimizer.param_groups[0]["lr"]
-                with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
-                    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
+                with torch.autocast(
+                    device.type,
+                    dtype=amp_dtype or torch.bfloat16,
+                    enabled=amp_dtype is not None,
+                ):
+                    logits = model(
+                        batch.src,
+                        batch.tgt_in,
+                        batch.src_mask,
+                        batch.tgt_mask,
+                    )  # (B, T, V)
                     loss = loss_fn(logits, batch.tgt_out)
                 loss_value = loss.item()
                 if not math.isfinite(loss_value):
@@ -641,46 +776,80 @@ def fit(
                 seconds = time.perf_counter() - start
                 step, batches_done = step + 1, batches_done + 1
 
-                record = {"step": step, "epoch": epoch, "loss": loss_value, "lr": lr, "tokens": batch.n_tokens}
+                record = {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": loss_value,
+                    "lr": lr,
+                    "tokens": batch.n_tokens,
+                }
                 history.record(**record, seconds=seconds)
                 if log is not None:
                     log({"event": "step", **record, "seconds": seconds})
                 if bar is not None:
                     tok_s = batch.n_tokens / seconds if seconds > 0 else 0.0
-                    bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tok_s:,.0f}", lr=f"{lr:.2e}", refresh=False)
+                    bar.set_postfix(
+                        loss=f"{loss_value:.3f}",
+                        tok_s=f"{tok_s:,.0f}",
+                        lr=f"{lr:.2e}",
+                        refresh=False,
+                    )
                     bar.update(1)
-                if eval_fn is not None and eval_every is not None and step % eval_every == 0:
+                if (
+                    eval_fn is not None
+                    and eval_every is not None
+                    and step % eval_every == 0
+                ):
                     evaluate(epoch)
-                if checkpoint_every is not None and step % checkpoint_every == 0:
+                if (
+                    checkpoint_every is not None
+                    and step % checkpoint_every == 0
+                ):
                     save(epoch, batches_done, epoch_rng)
                 if max_steps is not None and step >= max_steps:
                     break
 
-            if max_steps is not None and step >= max_steps:  # stopped early: save first, so the
-                save(epoch, batches_done, epoch_rng)  # evaluation's RNG use is not in the checkpoint
+            if (
+                max_steps is not None and step >= max_steps
+            ):  # stopped early: save first, so the
+                save(
+                    epoch, batches_done, epoch_rng
+                )  # evaluation's RNG use is not in the checkpoint
                 if eval_fn is not None and eval_every is None:
                     evaluate(epoch)
                 break
             if eval_fn is not None and eval_every is None:
                 evaluate(epoch)
-            save(epoch + 1, 0, _rng_state())  # end of epoch: a resume starts the next one
+            save(
+                epoch + 1, 0, _rng_state()
+            )  # end of epoch: a resume starts the next one
     finally:
         if bar is not None:
             bar.close()
     return history
 
 
-def _progress_bar(batches: BatchSource, epochs: int, initial: int, max_steps: int | None, enabled: bool):
+def _progress_bar(
+    batches: BatchSource,
+    epochs: int,
+    initial: int,
+    max_steps: int | None,
+    enabled: bool,
+):
     if not enabled:
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError as error:  # tqdm comes with the book's extras
-        raise ImportError("fit(progress=True) needs tqdm: pip install tqdm, or pass progress=False") from error
+        raise ImportError(
+            "fit(progress=True) needs tqdm: pip install tqdm, or pass progress=False"
+        ) from error
     try:
         total = epochs * len(batches)  # type: ignore[arg-type]
     except TypeError:
         total = max_steps
     else:
         total = total if max_steps is None else min(total, max_steps)
-    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+    return tqdm(
+        total=total, initial=initial, unit="step", dynamic_ncols=True
+    )

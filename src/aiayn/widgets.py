@@ -54,14 +54,28 @@ class AttentionTemperatureExplorer(ipywidgets.VBox):
         from .attention import MultiHeadAttention
 
         if not isinstance(layer, MultiHeadAttention):
-            raise TypeError(f"layer: expected an aiayn MultiHeadAttention, got {type(layer).__name__}")
+            raise TypeError(
+                f"layer: expected an aiayn MultiHeadAttention, got {type(layer).__name__}"
+            )
         if x.dim() != 3 or x.size(0) != 1 or x.size(2) != layer.d_model:
-            raise ValueError(f"x: expected shape (1, L, {layer.d_model}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"x: expected shape (1, L, {layer.d_model}), got {tuple(x.shape)}"
+            )
         if len(tokens) != x.size(1):
-            raise ValueError(f"got {len(tokens)} tokens for a sequence of length {x.size(1)}")
+            raise ValueError(
+                f"got {len(tokens)} tokens for a sequence of length {x.size(1)}"
+            )
         if not 0 < t_min <= value <= t_max:
-            raise ValueError(f"need 0 < t_min <= value <= t_max, got {t_min}, {value}, {t_max}")
-        self.layer, self.x, self.tokens, self.titles, self.ncols = layer, x, list(tokens), titles, ncols
+            raise ValueError(
+                f"need 0 < t_min <= value <= t_max, got {t_min}, {value}, {t_max}"
+            )
+        self.layer, self.x, self.tokens, self.titles, self.ncols = (
+            layer,
+            x,
+            list(tokens),
+            titles,
+            ncols,
+        )
         self.weights = None
         self._figure = None
         self.slider = ipywidgets.FloatSlider(
@@ -74,8 +88,12 @@ class AttentionTemperatureExplorer(ipywidgets.VBox):
             readout_format=".2f",
         )
         self.summary = ipywidgets.HTML()
-        self.image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))  # fits a phone
-        note = ipywidgets.HTML("<b>T divides the scaled scores of every head</b> (needs a running kernel)")
+        self.image = ipywidgets.Image(
+            format="png", layout=ipywidgets.Layout(max_width="100%")
+        )  # fits a phone
+        note = ipywidgets.HTML(
+            "<b>T divides the scaled scores of every head</b> (needs a running kernel)"
+        )
         super().__init__([note, self.slider, self.summary, self.image])
         self.slider.observe(self._on_change, names="value")
         self.redraw()
@@ -100,13 +118,19 @@ class AttentionTemperatureExplorer(ipywidgets.VBox):
         self.weights = layer.attn[0].clone()  # (h, L, L)
         if self._figure is None:
             self._figure = attention_heads_figure(
-                self.weights, self.tokens, self.tokens, titles=self.titles, ncols=self.ncols
+                self.weights,
+                self.tokens,
+                self.tokens,
+                titles=self.titles,
+                ncols=self.ncols,
             )
         else:
             update_attention_heads(self._figure, self.weights)
         buffer = io.BytesIO()
         self._figure.savefig(buffer, format="png", dpi=72)
-        self._figure.set_layout_engine("none")  # keep the first layout: later redraws are faster
+        self._figure.set_layout_engine(
+            "none"
+        )  # keep the first layout: later redraws are faster
         self.image.value = buffer.getvalue()
         peaks = self.weights.max(dim=-1).values.mean(dim=-1)  # (h,)
         listed = ", ".join(f"{p:.2f}" for p in peaks.tolist())
@@ -119,7 +143,9 @@ __all__ += ["AttentionTemperatureExplorer"]
 # --- Chapter 3, positional encoding: the table under three sliders --------------------------------
 
 
-def positional_encoding_explorer(max_len: int = 200, max_d_model: int = 512) -> ipywidgets.VBox:
+def positional_encoding_explorer(
+    max_len: int = 200, max_d_model: int = 512
+) -> ipywidgets.VBox:
     """Sliders for ``d_model``, the number of positions and one column, redrawing the sinusoidal table.
 
     Left: the table as a heatmap (positions down, dimensions across), the chosen column outlined.
@@ -147,29 +173,74 @@ def positional_encoding_explorer(max_len: int = 200, max_d_model: int = 512) -> 
     style = {"description_width": "initial"}
     common = {"continuous_update": False, "style": style}
     d_model = ipywidgets.IntSlider(
-        value=min(64, max_d_model), min=8, max=max_d_model, step=8, description="d_model", **common
+        value=min(64, max_d_model),
+        min=8,
+        max=max_d_model,
+        step=8,
+        description="d_model",
+        **common,
     )
     positions = ipywidgets.IntSlider(
-        value=min(100, max_len), min=10, max=max_len, step=10, description="positions", **common
+        value=min(100, max_len),
+        min=10,
+        max=max_len,
+        step=10,
+        description="positions",
+        **common,
     )
-    column = ipywidgets.IntSlider(value=6, min=0, max=d_model.value - 1, description="dimension", **common)
+    column = ipywidgets.IntSlider(
+        value=6,
+        min=0,
+        max=d_model.value - 1,
+        description="dimension",
+        **common,
+    )
     image = ipywidgets.Image(format="png")
 
     def draw(_change=None) -> None:
-        column.max = d_model.value - 1  # the column slider follows the width of the table
+        column.max = (
+            d_model.value - 1
+        )  # the column slider follows the width of the table
         n, d, dim = positions.value, d_model.value, column.value
         pe = sinusoidal_encoding(n, d).numpy()
         fig = _closed_figure(10, 3.6)
         left, right = fig.subplots(1, 2, width_ratios=[1.2, 1])
-        heat = left.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-        left.add_patch(Rectangle((dim - 0.5, -0.5), 1, n, fill=False, edgecolor="black", linewidth=1.5))
-        left.set(xlabel="dimension (column of the table)", ylabel="position in the sequence", title="PE table")
+        heat = left.imshow(
+            pe,
+            aspect="auto",
+            cmap="RdBu_r",
+            vmin=-1,
+            vmax=1,
+            interpolation="nearest",
+        )
+        left.add_patch(
+            Rectangle(
+                (dim - 0.5, -0.5),
+                1,
+                n,
+                fill=False,
+                edgecolor="black",
+                linewidth=1.5,
+            )
+        )
+        left.set(
+            xlabel="dimension (column of the table)",
+            ylabel="position in the sequence",
+            title="PE table",
+        )
         fig.colorbar(heat, ax=left, label="PE value")
         wavelength = 2 * math.pi * 10000 ** ((dim - dim % 2) / d)
         kind = "sin" if dim % 2 == 0 else "cos"
         right.plot(pe[:, dim], marker=".", linewidth=1)
-        right.set(xlabel="position in the sequence", ylabel="PE value", ylim=(-1.1, 1.1))
-        right.set_title(f"dimension {dim} ({kind}): wavelength {wavelength:,.1f} positions", fontsize=10)
+        right.set(
+            xlabel="position in the sequence",
+            ylabel="PE value",
+            ylim=(-1.1, 1.1),
+        )
+        right.set_title(
+            f"dimension {dim} ({kind}): wavelength {wavelength:,.1f} positions",
+            fontsize=10,
+        )
         right.grid(alpha=0.3)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=72)
@@ -178,7 +249,9 @@ def positional_encoding_explorer(max_len: int = 200, max_d_model: int = 512) -> 
     for slider in (d_model, positions, column):
         slider.observe(draw, names="value")
     draw()
-    return ipywidgets.VBox([ipywidgets.HBox([d_model, positions, column]), image])
+    return ipywidgets.VBox(
+        [ipywidgets.HBox([d_model, positions, column]), image]
+    )
 
 
 __all__ += ["positional_encoding_explorer"]
@@ -206,24 +279,38 @@ class BleuCalculator(ipywidgets.VBox):
         result: the ``BLEUResult`` drawn last (``None`` while a box is empty).
     """
 
-    def __init__(self, hypothesis: str = "", reference: str = "", lowercase: bool = False):
+    def __init__(
+        self,
+        hypothesis: str = "",
+        reference: str = "",
+        lowercase: bool = False,
+    ):
         if not isinstance(hypothesis, str) or not isinstance(reference, str):
             raise TypeError(
                 f"hypothesis and reference must be str, got {type(hypothesis).__name__} and {type(reference).__name__}"
             )
         wide = ipywidgets.Layout(width="95%")
         style = {"description_width": "initial"}
-        self.hypothesis = ipywidgets.Text(value=hypothesis, description="hypothesis", layout=wide, style=style)
+        self.hypothesis = ipywidgets.Text(
+            value=hypothesis,
+            description="hypothesis",
+            layout=wide,
+            style=style,
+        )
         self.reference = ipywidgets.Textarea(
             value=reference,
             description="reference(s), one per line",
             layout=ipywidgets.Layout(width="95%", height="4.5em"),
             style=style,
         )
-        self.lowercase = ipywidgets.Checkbox(value=lowercase, description="lowercase both sides", indent=False)
+        self.lowercase = ipywidgets.Checkbox(
+            value=lowercase, description="lowercase both sides", indent=False
+        )
         self.html = ipywidgets.HTML()
         self.result = None
-        super().__init__([self.hypothesis, self.reference, self.lowercase, self.html])
+        super().__init__(
+            [self.hypothesis, self.reference, self.lowercase, self.html]
+        )
         for control in (self.hypothesis, self.reference, self.lowercase):
             control.observe(self._on_change, names="value")
         self.redraw()
@@ -234,7 +321,11 @@ class BleuCalculator(ipywidgets.VBox):
     @property
     def references(self) -> list[str]:
         """The non-empty lines of the reference box."""
-        return [line for line in self.reference.value.splitlines() if line.strip()]
+        return [
+            line
+            for line in self.reference.value.splitlines()
+            if line.strip()
+        ]
 
     def redraw(self) -> None:
         """Score the current texts and redraw the matches and factors."""
@@ -244,10 +335,16 @@ class BleuCalculator(ipywidgets.VBox):
         refs, hyp = self.references, self.hypothesis.value
         if not refs or not hyp.strip():
             self.result = None
-            self.html.value = "<i>Type a hypothesis and at least one reference.</i>"
+            self.html.value = (
+                "<i>Type a hypothesis and at least one reference.</i>"
+            )
             return
-        self.result = sentence_bleu(hyp, refs, lowercase=self.lowercase.value)
-        self.html.value = bleu_match_html(hyp, refs, lowercase=self.lowercase.value)
+        self.result = sentence_bleu(
+            hyp, refs, lowercase=self.lowercase.value
+        )
+        self.html.value = bleu_match_html(
+            hyp, refs, lowercase=self.lowercase.value
+        )
 
 
 __all__ += ["BleuCalculator"]
@@ -296,31 +393,73 @@ class Translator(ipywidgets.VBox):
         seed: int = 0,
     ):
         if not 1 <= beam <= max_beam:
-            raise ValueError(f"need 1 <= beam <= max_beam, got beam={beam}, max_beam={max_beam}")
-        if not hasattr(model, "attention_maps") or not hasattr(tokenizer, "encode"):
+            raise ValueError(
+                f"need 1 <= beam <= max_beam, got beam={beam}, max_beam={max_beam}"
+            )
+        if not hasattr(model, "attention_maps") or not hasattr(
+            tokenizer, "encode"
+        ):
             raise TypeError(
                 "expected an aiayn Transformer and Tokenizer, "
                 f"got {type(model).__name__} and {type(tokenizer).__name__}"
             )
         self.model, self.tokenizer = model, tokenizer
-        self.length_penalty, self.max_len_a, self.max_len_b, self.seed = length_penalty, max_len_a, max_len_b, seed
-        self.translation, self.weights, self.src_pieces, self.out_pieces = "", None, [], []
-        common = {"continuous_update": False, "style": {"description_width": "initial"}}
-        self.text = ipywidgets.Text(value=text, description="German", layout=ipywidgets.Layout(width="100%"), **common)
-        self.beam = ipywidgets.IntSlider(value=beam, min=1, max=max_beam, description="beam size K", **common)
+        self.length_penalty, self.max_len_a, self.max_len_b, self.seed = (
+            length_penalty,
+            max_len_a,
+            max_len_b,
+            seed,
+        )
+        self.translation, self.weights, self.src_pieces, self.out_pieces = (
+            "",
+            None,
+            [],
+            [],
+        )
+        common = {
+            "continuous_update": False,
+            "style": {"description_width": "initial"},
+        }
+        self.text = ipywidgets.Text(
+            value=text,
+            description="German",
+            layout=ipywidgets.Layout(width="100%"),
+            **common,
+        )
+        self.beam = ipywidgets.IntSlider(
+            value=beam,
+            min=1,
+            max=max_beam,
+            description="beam size K",
+            **common,
+        )
         self.temperature = ipywidgets.FloatSlider(
-            value=0.0, min=0.0, max=2.0, step=0.1, description="temperature T", readout_format=".1f", **common
+            value=0.0,
+            min=0.0,
+            max=2.0,
+            step=0.1,
+            description="temperature T",
+            readout_format=".1f",
+            **common,
         )
         N = model.config.N
-        self.layer = ipywidgets.IntSlider(value=N, min=1, max=N, description="decoder layer", **common)
+        self.layer = ipywidgets.IntSlider(
+            value=N, min=1, max=N, description="decoder layer", **common
+        )
         self.output = ipywidgets.HTML()
-        self.image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
+        self.image = ipywidgets.Image(
+            format="png", layout=ipywidgets.Layout(max_width="100%")
+        )
         note = ipywidgets.HTML(
             "<b>T = 0: beam search (K = 1 is greedy); T &gt; 0: sampling</b> (needs a running kernel)"
         )
         wrap = ipywidgets.Layout(flex_flow="row wrap")
-        controls = ipywidgets.HBox([self.beam, self.temperature, self.layer], layout=wrap)
-        super().__init__([note, self.text, controls, self.output, self.image])
+        controls = ipywidgets.HBox(
+            [self.beam, self.temperature, self.layer], layout=wrap
+        )
+        super().__init__(
+            [note, self.text, controls, self.output, self.image]
+        )
         for control in (self.text, self.beam, self.temperature, self.layer):
             control.observe(self._on_change, names="value")
         self.redraw()
@@ -328,7 +467,12 @@ class Translator(ipywidgets.VBox):
     def _on_change(self, change) -> None:
         self.redraw()
 
-    def translate(self, text: str, beam: int | None = None, temperature: float | None = None):
+    def translate(
+        self,
+        text: str,
+        beam: int | None = None,
+        temperature: float | None = None,
+    ):
         """Translate one sentence; ``beam`` and ``temperature`` default to the controls' values.
 
         Returns:
@@ -341,19 +485,43 @@ class Translator(ipywidgets.VBox):
         from .decoding import beam_search, greedy_decode, sample
 
         beam = self.beam.value if beam is None else beam
-        temperature = self.temperature.value if temperature is None else temperature
+        temperature = (
+            self.temperature.value if temperature is None else temperature
+        )
         device = next(self.model.parameters()).device
         max_len = self.model.config.max_len
         ids = self.tokenizer.encode(text)[: max_len - 1] + [EOS]
         src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
-        limit = min(int(self.max_len_a * len(ids) + self.max_len_b) + 1, max_len)  # + 1 for <bos>
+        limit = min(
+            int(self.max_len_a * len(ids) + self.max_len_b) + 1, max_len
+        )  # + 1 for <bos>
         if temperature > 0:
             generator = torch.Generator(device=device).manual_seed(self.seed)
-            out = sample(self.model, src, None, limit, BOS, EOS, temperature=temperature, generator=generator)
+            out = sample(
+                self.model,
+                src,
+                None,
+                limit,
+                BOS,
+                EOS,
+                temperature=temperature,
+                generator=generator,
+            )
         elif beam == 1:
-            out = greedy_decode(self.model, src, None, limit, BOS, EOS)  # (1, L)
+            out = greedy_decode(
+                self.model, src, None, limit, BOS, EOS
+            )  # (1, L)
         else:
-            out = beam_search(self.model, src, None, limit, BOS, EOS, beam, self.length_penalty).tokens  # (1, L)
+            out = beam_search(
+                self.model,
+                src,
+                None,
+                limit,
+                BOS,
+                EOS,
+                beam,
+                self.length_penalty,
+            ).tokens  # (1, L)
         return self.tokenizer.decode(out[0].cpu()), src, out
 
     def cross_attention(self, src, out):
@@ -370,13 +538,19 @@ class Translator(ipywidgets.VBox):
 
         row = out[0].tolist()
         end = row.index(EOS) + 1 if EOS in row else len(row)
-        targets = row[1:end]  # what the decoder wrote, <eos> included when it got there
-        tgt_in = out[:, : len(targets)]  # (1, T): <bos> and every written token but the last
+        targets = row[
+            1:end
+        ]  # what the decoder wrote, <eos> included when it got there
+        tgt_in = out[
+            :, : len(targets)
+        ]  # (1, T): <bos> and every written token but the last
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad(), set_fused(self.model, False):
             self.model(src, tgt_in)
-            maps = torch.stack([m[0] for m in self.model.attention_maps()["cross"]])  # (N, h, T, S)
+            maps = torch.stack(
+                [m[0] for m in self.model.attention_maps()["cross"]]
+            )  # (N, h, T, S)
         self.model.train(was_training)
         return maps, targets
 
@@ -396,13 +570,17 @@ class Translator(ipywidgets.VBox):
         how = f"sampled at T = {self.temperature.value:.1f}" if self.temperature.value > 0 else (
             "greedy" if self.beam.value == 1 else f"beam search, K = {self.beam.value}")  # fmt: skip
         self.output.value = f"<b>English</b> ({how}): {html.escape(self.translation) or '<i>(empty)</i>'}"
-        self.src_pieces = [self.tokenizer.id_to_piece(i) for i in src[0].tolist()]
+        self.src_pieces = [
+            self.tokenizer.id_to_piece(i) for i in src[0].tolist()
+        ]
         self.out_pieces = [self.tokenizer.id_to_piece(i) for i in targets]
         if not targets:
             self.weights = None
             self.image.value = b""
             return
-        self.weights = maps[self.layer.value - 1].mean(dim=0).cpu()  # (T, S), averaged over heads
+        self.weights = (
+            maps[self.layer.value - 1].mean(dim=0).cpu()
+        )  # (T, S), averaged over heads
         title = f"cross-attention, decoder layer {self.layer.value}, mean of {maps.size(1)} heads"
         ax = attention_heatmap(self.weights, self.out_pieces, self.src_pieces, title=title,
                                annotate=self.weights.numel() <= 150)  # fmt: skip

@@ -28,7 +28,9 @@ def book_renderer(spec: dict, **metadata) -> dict:
     the spec, so re-running a notebook stores the same output.
     """
     spec_json = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    chart_id = "aiayn-chart-" + hashlib.sha1(spec_json.encode()).hexdigest()[:12]
+    chart_id = (
+        "aiayn-chart-" + hashlib.sha1(spec_json.encode()).hexdigest()[:12]
+    )
     options = json.dumps(_EMBED_OPTIONS, sort_keys=True)
     html = (
         f'<div id="{chart_id}" class="aiayn-chart"></div>\n'
@@ -67,7 +69,15 @@ def enable_book_renderer() -> None:
 enable_book_renderer()
 
 # Each chapter's chart helpers live in a module of their own; ``aiayn.viz.NAME`` reaches all of them.
-from . import attention, evaluation, foundations, model, positions, training, translation  # noqa: E402
+from . import (  # noqa: E402
+    attention,
+    evaluation,
+    foundations,
+    model,
+    positions,
+    training,
+    translation,
+)
 from .attention import *  # noqa: E402, F403
 from .evaluation import *  # noqa: E402, F403
 from .foundations import *  # noqa: E402, F403
@@ -76,5 +86,10 @@ from .positions import *  # noqa: E402, F403
 from .training import *  # noqa: E402, F403
 from .translation import *  # noqa: E402, F403
 
-__all__ += attention.__all__ + evaluation.__all__ + foundations.__all__ + model.__all__  # noqa: F405
+__all__ += (
+    attention.__all__
+    + evaluation.__all__
+    + foundations.__all__
+    + model.__all__
+)  # noqa: F405
 __all__ += positions.__all__ + training.__all__ + translation.__all__  # noqa: F405

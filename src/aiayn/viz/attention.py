@@ -37,14 +37,26 @@ def softmax_temperature_chart(
     scores = [float(s) for s in scores]
     keys = [str(k) for k in keys]
     if len(scores) != len(keys) or not scores:
-        raise ValueError(f"need one score per key, got {len(scores)} scores and {len(keys)} keys")
+        raise ValueError(
+            f"need one score per key, got {len(scores)} scores and {len(keys)} keys"
+        )
     if not 0 < t_min <= t_init <= t_max:
-        raise ValueError(f"need 0 < t_min <= t_init <= t_max, got {t_min}, {t_init}, {t_max}")
-    data = pd.DataFrame({"position": range(len(keys)), "key": keys, "score": [round(s, 4) for s in scores]})
+        raise ValueError(
+            f"need 0 < t_min <= t_init <= t_max, got {t_min}, {t_init}, {t_max}"
+        )
+    data = pd.DataFrame(
+        {
+            "position": range(len(keys)),
+            "key": keys,
+            "score": [round(s, 4) for s in scores],
+        }
+    )
     temperature = alt.param(
         name="temperature",
         value=t_init,
-        bind=alt.binding_range(min=t_min, max=t_max, step=step, name="temperature "),
+        bind=alt.binding_range(
+            min=t_min, max=t_max, step=step, name="temperature "
+        ),
     )
     labels = json.dumps(keys)
     x = alt.X(
@@ -55,11 +67,17 @@ def softmax_temperature_chart(
     base = (
         alt.Chart(data)
         .transform_joinaggregate(top="max(score)")
-        .transform_calculate(e="exp((datum.score - datum.top) / temperature)")
+        .transform_calculate(
+            e="exp((datum.score - datum.top) / temperature)"
+        )
         .transform_joinaggregate(total="sum(e)")
         .transform_calculate(weight="datum.e / datum.total")
     )
-    y = alt.Y("weight:Q", title="attention weight softmax(score / T)", scale=alt.Scale(domain=[0, 1]))
+    y = alt.Y(
+        "weight:Q",
+        title="attention weight softmax(score / T)",
+        scale=alt.Scale(domain=[0, 1]),
+    )
     bars = base.mark_bar(color="#4c78a8").encode(
         x=x,
         y=y,
@@ -69,13 +87,19 @@ def softmax_temperature_chart(
             alt.Tooltip("weight:Q", title="weight", format=".3f"),
         ],
     )
-    values = base.mark_text(dy=-6, fontSize=11).encode(x=x, y=y, text=alt.Text("weight:Q", format=".2f"))
+    values = base.mark_text(dy=-6, fontSize=11).encode(
+        x=x, y=y, text=alt.Text("weight:Q", format=".2f")
+    )
     uniform = (
         alt.Chart(pd.DataFrame({"uniform": [1 / len(keys)]}))
         .mark_rule(strokeDash=[4, 4], color="gray")
         .encode(y="uniform:Q")
     )
-    title = f'Weights of the query "{query}" as the temperature T changes' if query else "softmax(score / T)"
+    title = (
+        f'Weights of the query "{query}" as the temperature T changes'
+        if query
+        else "softmax(score / T)"
+    )
     return (
         alt.layer(uniform, bars, values)
         .add_params(temperature)
@@ -83,7 +107,14 @@ def softmax_temperature_chart(
     )
 
 
-def attention_heatmap(weights, query_tokens, key_tokens, ax=None, title: str | None = None, annotate: bool = True):
+def attention_heatmap(
+    weights,
+    query_tokens,
+    key_tokens,
+    ax=None,
+    title: str | None = None,
+    annotate: bool = True,
+):
     """Draw one ``(L_q, L_k)`` matrix of attention weights as a heatmap, queries down, keys across.
 
     Args:
@@ -100,13 +131,21 @@ def attention_heatmap(weights, query_tokens, key_tokens, ax=None, title: str | N
     import matplotlib.pyplot as plt
     import numpy as np
 
-    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights, dtype=float)
+    w = np.asarray(
+        weights.detach().cpu() if hasattr(weights, "detach") else weights,
+        dtype=float,
+    )
     if w.ndim != 2 or w.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(
             f"weights of shape {w.shape} do not match {len(query_tokens)} query and {len(key_tokens)} key tokens"
         )
     if ax is None:
-        fig = plt.figure(figsize=(0.5 * len(key_tokens) + 1.5, 0.5 * len(query_tokens) + 1.2))
+        fig = plt.figure(
+            figsize=(
+                0.5 * len(key_tokens) + 1.5,
+                0.5 * len(query_tokens) + 1.2,
+            )
+        )
         ax = fig.add_subplot()
         plt.close(fig)
     ax.imshow(w, cmap="Blues", vmin=0.0, vmax=1.0)
@@ -120,11 +159,26 @@ def attention_heatmap(weights, query_tokens, key_tokens, ax=None, title: str | N
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
                 color = "white" if w[i, j] > 0.6 else "black"
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7, color=color)
+                ax.text(
+                    j,
+                    i,
+                    f"{w[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=color,
+                )
     return ax
 
 
-def attention_heads_figure(weights, query_tokens, key_tokens, titles=None, ncols: int = 4, annotate: bool = True):
+def attention_heads_figure(
+    weights,
+    query_tokens,
+    key_tokens,
+    titles=None,
+    ncols: int = 4,
+    annotate: bool = True,
+):
     """Small multiples: one attention heatmap per head, with one shared colour bar.
 
     Args:
@@ -141,24 +195,42 @@ def attention_heads_figure(weights, query_tokens, key_tokens, titles=None, ncols
     import matplotlib.pyplot as plt
 
     if weights.ndim != 3:
-        raise ValueError(f"weights: expected shape (h, L_q, L_k), got {tuple(weights.shape)}")
+        raise ValueError(
+            f"weights: expected shape (h, L_q, L_k), got {tuple(weights.shape)}"
+        )
     h = weights.shape[0]
-    titles = [f"head {i}" for i in range(h)] if titles is None else list(titles)
+    titles = (
+        [f"head {i}" for i in range(h)] if titles is None else list(titles)
+    )
     if len(titles) != h:
         raise ValueError(f"got {len(titles)} titles for {h} heads")
     ncols = min(ncols, h)
     nrows = -(-h // ncols)
     side = 0.42 * max(len(query_tokens), len(key_tokens)) + 1.3
     figsize = (side * ncols + 1.0, side * nrows + 0.3)
-    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=figsize, squeeze=False, layout="constrained"
+    )
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.set_visible(False)
             continue
-        attention_heatmap(weights[i], query_tokens, key_tokens, ax=ax, title=titles[i], annotate=annotate)
+        attention_heatmap(
+            weights[i],
+            query_tokens,
+            key_tokens,
+            ax=ax,
+            title=titles[i],
+            annotate=annotate,
+        )
         if i % ncols:
             ax.set_ylabel("")
-    fig.colorbar(axes.flat[0].images[0], ax=list(axes.flat), shrink=0.8, label="attention weight")
+    fig.colorbar(
+        axes.flat[0].images[0],
+        ax=list(axes.flat),
+        shrink=0.8,
+        label="attention weight",
+    )
     plt.close(fig)
     return fig
 
@@ -174,10 +246,21 @@ def update_attention_heads(fig, weights) -> None:
     """
     import numpy as np
 
-    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights, dtype=float)
-    panels = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
-    if w.ndim != 3 or w.shape[0] != len(panels) or w.shape[1:] != panels[0].images[0].get_array().shape:
-        raise ValueError(f"weights of shape {w.shape} do not fit a figure of {len(panels)} panels")
+    w = np.asarray(
+        weights.detach().cpu() if hasattr(weights, "detach") else weights,
+        dtype=float,
+    )
+    panels = [
+        ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"
+    ]
+    if (
+        w.ndim != 3
+        or w.shape[0] != len(panels)
+        or w.shape[1:] != panels[0].images[0].get_array().shape
+    ):
+        raise ValueError(
+            f"weights of shape {w.shape} do not fit a figure of {len(panels)} panels"
+        )
     for ax, head in zip(panels, w, strict=True):
         ax.images[0].set_data(head)
         if len(ax.texts) == head.size:
@@ -199,13 +282,19 @@ def softmax_saturation_figure(table):
     """
     import matplotlib.pyplot as plt
 
-    missing = {"d_k", "scores", "largest weight", "gradient norm"} - set(table.columns)
+    missing = {"d_k", "scores", "largest weight", "gradient norm"} - set(
+        table.columns
+    )
     if missing:
         raise ValueError(f"table is missing columns {sorted(missing)}")
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.3))
     for label, part in table.groupby("scores", sort=False):
-        left.plot(part["d_k"], part["largest weight"], marker="o", label=label)
-        right.plot(part["d_k"], part["gradient norm"], marker="o", label=label)
+        left.plot(
+            part["d_k"], part["largest weight"], marker="o", label=label
+        )
+        right.plot(
+            part["d_k"], part["gradient norm"], marker="o", label=label
+        )
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("d_k (query/key width)")

@@ -15,7 +15,9 @@ _MATCH_STYLE = {  # chip colours of the BLEU match display: background, border
 }
 
 
-def _bleu_ngram_status(hyp: list[str], refs: list[list[str]], n: int) -> list[tuple[str, str]]:
+def _bleu_ngram_status(
+    hyp: list[str], refs: list[list[str]], n: int
+) -> list[tuple[str, str]]:
     """For each n-gram of ``hyp`` in order: (text, "match" | "clipped" | "miss"), clipped as BLEU clips.
 
     An n-gram is credited at most as often as it occurs in the reference that has it most often; its
@@ -25,7 +27,9 @@ def _bleu_ngram_status(hyp: list[str], refs: list[list[str]], n: int) -> list[tu
 
     most: Counter = Counter()
     for ref in refs:
-        for gram, k in Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)).items():
+        for gram, k in Counter(
+            tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)
+        ).items():
             most[gram] = max(most[gram], k)
     used: Counter = Counter()
     out = []
@@ -41,7 +45,9 @@ def _bleu_ngram_status(hyp: list[str], refs: list[list[str]], n: int) -> list[tu
     return out
 
 
-def bleu_match_html(hypothesis: str, references, max_order: int = 4, lowercase: bool = False) -> str:
+def bleu_match_html(
+    hypothesis: str, references, max_order: int = 4, lowercase: bool = False
+) -> str:
     """HTML that shows how BLEU scores one hypothesis: every n-gram coloured, then each factor.
 
     Both sides are tokenized as BLEU does (``tokenize_13a``). For n = 1..max_order, each n-gram of the
@@ -64,20 +70,34 @@ def bleu_match_html(hypothesis: str, references, max_order: int = 4, lowercase: 
     from ..bleu import sentence_bleu, tokenize_13a
 
     refs = [references] if isinstance(references, str) else list(references)
-    if not isinstance(hypothesis, str) or not refs or not all(isinstance(r, str) for r in refs):
-        raise TypeError("expected a hypothesis str and a reference str (or a non-empty list of str)")
+    if (
+        not isinstance(hypothesis, str)
+        or not refs
+        or not all(isinstance(r, str) for r in refs)
+    ):
+        raise TypeError(
+            "expected a hypothesis str and a reference str (or a non-empty list of str)"
+        )
 
     def tokens(text: str) -> list[str]:
-        return tokenize_13a((text.lower() if lowercase else text).rstrip()).split()
+        return tokenize_13a(
+            (text.lower() if lowercase else text).rstrip()
+        ).split()
 
     hyp, ref_tokens = tokens(hypothesis), [tokens(r) for r in refs]
-    result = sentence_bleu(hypothesis, refs, max_order=max_order, lowercase=lowercase)
+    result = sentence_bleu(
+        hypothesis, refs, max_order=max_order, lowercase=lowercase
+    )
     rows = []
     for n in range(1, max_order + 1):
         chips = []
         for text, status in _bleu_ngram_status(hyp, ref_tokens, n):
             background, border = _MATCH_STYLE[status]
-            strike = "text-decoration:line-through;" if status == "clipped" else ""
+            strike = (
+                "text-decoration:line-through;"
+                if status == "clipped"
+                else ""
+            )
             chips.append(
                 f'<span title="{status}" style="background:{background};border:1px solid {border};'
                 f'border-radius:4px;padding:1px 5px;margin:2px;display:inline-block;{strike}">'
@@ -85,19 +105,32 @@ def bleu_match_html(hypothesis: str, references, max_order: int = 4, lowercase: 
             )
         matched, total = result.counts[n - 1], result.totals[n - 1]
         label = f"<b>{n}-grams</b> {matched}/{total}"
-        rows.append(f'<div style="margin:3px 0">{label}: {"".join(chips) or "<i>(none)</i>"}</div>')
-    cells = [f"p{n} = {m}/{t}" for n, (m, t) in enumerate(zip(result.counts, result.totals, strict=True), 1)]
+        rows.append(
+            f'<div style="margin:3px 0">{label}: {"".join(chips) or "<i>(none)</i>"}</div>'
+        )
+    cells = [
+        f"p{n} = {m}/{t}"
+        for n, (m, t) in enumerate(
+            zip(result.counts, result.totals, strict=True), 1
+        )
+    ]
     factors = (
         " · ".join(cells)
         + f" · c = {result.hyp_len}, r = {result.ref_len} · BP = {result.brevity_penalty:.3f}"
         + f" · <b>sentence BLEU = {result.score:.1f}</b>"
     )
-    if any(m == 0 < t for m, t in zip(result.counts, result.totals, strict=True)) and any(result.counts):
+    if any(
+        m == 0 < t for m, t in zip(result.counts, result.totals, strict=True)
+    ) and any(result.counts):
         factors += " (orders without a match are smoothed: the first gets 1/(2·n-grams), the next 1/(4·n-grams), ...)"
     legend = " ".join(
         f'<span style="background:{_MATCH_STYLE[s][0]};border:1px solid {_MATCH_STYLE[s][1]};'
         f'border-radius:4px;padding:0 5px">{name}</span>'
-        for s, name in (("match", "in a reference"), ("clipped", "clipped (used up)"), ("miss", "not in a reference"))
+        for s, name in (
+            ("match", "in a reference"),
+            ("clipped", "clipped (used up)"),
+            ("miss", "not in a reference"),
+        )
     )
     return (
         '<div class="aiayn-bleu" style="line-height:1.9;font-size:0.95em">'
@@ -125,9 +158,27 @@ def bleu_table(examples, max_order: int = 4):
     rows = []
     for case, hypothesis, reference in examples:
         r = sentence_bleu(hypothesis, reference, max_order=max_order)
-        row = {"case": case, "hypothesis": hypothesis, "reference": reference}
-        row.update({f"p{n}": f"{m}/{t}" for n, (m, t) in enumerate(zip(r.counts, r.totals, strict=True), 1)})
-        row.update({"c": r.hyp_len, "r": r.ref_len, "BP": round(r.brevity_penalty, 3), "BLEU": round(r.score, 1)})
+        row = {
+            "case": case,
+            "hypothesis": hypothesis,
+            "reference": reference,
+        }
+        row.update(
+            {
+                f"p{n}": f"{m}/{t}"
+                for n, (m, t) in enumerate(
+                    zip(r.counts, r.totals, strict=True), 1
+                )
+            }
+        )
+        row.update(
+            {
+                "c": r.hyp_len,
+                "r": r.ref_len,
+                "BP": round(r.brevity_penalty, 3),
+                "BLEU": round(r.score, 1),
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows).set_index("case")
 
@@ -159,9 +210,15 @@ def brevity_penalty_figure(points: dict | None = None):
             fontsize=9,
             arrowprops={"arrowstyle": "->", "color": "gray"},
         )
-    ax.set(xlabel="length ratio c / r (hypothesis words / reference words)", ylabel="brevity penalty BP")
+    ax.set(
+        xlabel="length ratio c / r (hypothesis words / reference words)",
+        ylabel="brevity penalty BP",
+    )
     ax.set_ylim(0, 1.08)
-    ax.set_title("Shorter than the references costs a factor; longer costs nothing", fontsize=10)
+    ax.set_title(
+        "Shorter than the references costs a factor; longer costs nothing",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     return fig
 
@@ -179,14 +236,30 @@ def sentence_bleu_histogram(scores, corpus_score: float, bins: int = 20):
     """
     import numpy as np
 
-    scores = np.clip([float(s) for s in scores], 0, 100)  # a perfect sentence can come out as 100.00000000000004
+    scores = np.clip(
+        [float(s) for s in scores], 0, 100
+    )  # a perfect sentence can come out as 100.00000000000004
     fig = _closed_figure(6.5, 3.2)
     ax = fig.subplots()
-    ax.hist(scores, bins=bins, range=(0, 100), color="#9ecae1", edgecolor="white")
-    ax.axvline(scores.mean(), color="#3182bd", linestyle="--", label=f"mean of sentence BLEU = {scores.mean():.1f}")
-    ax.axvline(corpus_score, color="#d6604d", linewidth=2, label=f"corpus BLEU = {corpus_score:.1f}")
+    ax.hist(
+        scores, bins=bins, range=(0, 100), color="#9ecae1", edgecolor="white"
+    )
+    ax.axvline(
+        scores.mean(),
+        color="#3182bd",
+        linestyle="--",
+        label=f"mean of sentence BLEU = {scores.mean():.1f}",
+    )
+    ax.axvline(
+        corpus_score,
+        color="#d6604d",
+        linewidth=2,
+        label=f"corpus BLEU = {corpus_score:.1f}",
+    )
     ax.set(xlabel="sentence BLEU", ylabel="number of sentences")
-    ax.set_title(f"{len(scores)} sentences: sentence BLEU is spread wide", fontsize=10)
+    ax.set_title(
+        f"{len(scores)} sentences: sentence BLEU is spread wide", fontsize=10
+    )
     ax.legend(fontsize="small")
     return fig
 
@@ -218,12 +291,24 @@ def label_smoothing_chart(
     import pandas as pd
 
     classes = [str(c) for c in classes]
-    if true_class not in classes or (pad_class is not None and pad_class not in classes):
-        raise ValueError(f"true_class {true_class!r} and pad_class {pad_class!r} must be among the classes {classes}")
-    if pad_class == true_class or len(set(classes)) != len(classes) or len(classes) < 3:
-        raise ValueError(f"need at least 3 distinct classes and pad_class != true_class, got {classes}")
+    if true_class not in classes or (
+        pad_class is not None and pad_class not in classes
+    ):
+        raise ValueError(
+            f"true_class {true_class!r} and pad_class {pad_class!r} must be among the classes {classes}"
+        )
+    if (
+        pad_class == true_class
+        or len(set(classes)) != len(classes)
+        or len(classes) < 3
+    ):
+        raise ValueError(
+            f"need at least 3 distinct classes and pad_class != true_class, got {classes}"
+        )
     if not 0 <= value <= max_value <= 1:
-        raise ValueError(f"need 0 <= value <= max_value <= 1, got {value} and {max_value}")
+        raise ValueError(
+            f"need 0 <= value <= max_value <= 1, got {value} and {max_value}"
+        )
     C = len(classes)
     data = pd.DataFrame(
         {
@@ -234,18 +319,29 @@ def label_smoothing_chart(
         }
     )
     eps = alt.param(
-        name="eps", value=value, bind=alt.binding_range(min=0, max=max_value, step=step, name="ε (label smoothing) ")
+        name="eps",
+        value=value,
+        bind=alt.binding_range(
+            min=0, max=max_value, step=step, name="ε (label smoothing) "
+        ),
     )
     params = [eps]
     pytorch = f"(1 - eps) * datum.is_true + eps / {C}"
     target = pytorch
     if pad_class is not None:
-        options = ["all C classes (PyTorch)", "C − 2 classes (Annotated Transformer)"]
+        options = [
+            "all C classes (PyTorch)",
+            "C − 2 classes (Annotated Transformer)",
+        ]
         convention = alt.param(
-            name="convention", value=options[0], bind=alt.binding_radio(options=options, name="spread ε over ")
+            name="convention",
+            value=options[0],
+            bind=alt.binding_radio(options=options, name="spread ε over "),
         )
         params.append(convention)
-        annotated = f"datum.is_pad ? 0 : (datum.is_true ? 1 - eps : eps / {C - 2})"
+        annotated = (
+            f"datum.is_pad ? 0 : (datum.is_true ? 1 - eps : eps / {C - 2})"
+        )
         target = f"convention == '{options[0]}' ? {pytorch} : ({annotated})"
     labels = json.dumps(classes)
     x = alt.X(
@@ -253,16 +349,31 @@ def label_smoothing_chart(
         title=f"class (token); C = {C}",
         axis=alt.Axis(labelExpr=f"{labels}[datum.value]", labelAngle=0),
     )
-    y = alt.Y("target:Q", title="target probability y'", scale=alt.Scale(domain=[0, 1]))
+    y = alt.Y(
+        "target:Q",
+        title="target probability y'",
+        scale=alt.Scale(domain=[0, 1]),
+    )
     base = alt.Chart(data).transform_calculate(target=target)
     bars = base.mark_bar().encode(
         x=x,
         y=y,
-        color=alt.condition("datum.is_true == 1", alt.value("#e6550d"), alt.value("#4c78a8")),
-        tooltip=[alt.Tooltip("token:N"), alt.Tooltip("target:Q", format=".4f")],
+        color=alt.condition(
+            "datum.is_true == 1", alt.value("#e6550d"), alt.value("#4c78a8")
+        ),
+        tooltip=[
+            alt.Tooltip("token:N"),
+            alt.Tooltip("target:Q", format=".4f"),
+        ],
     )
-    values = base.mark_text(dy=-6, fontSize=11).encode(x=x, y=y, text=alt.Text("target:Q", format=".3f"))
-    uniform = alt.Chart(pd.DataFrame({"u": [1 / C]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="u:Q")
+    values = base.mark_text(dy=-6, fontSize=11).encode(
+        x=x, y=y, text=alt.Text("target:Q", format=".3f")
+    )
+    uniform = (
+        alt.Chart(pd.DataFrame({"u": [1 / C]}))
+        .mark_rule(strokeDash=[4, 4], color="gray")
+        .encode(y="u:Q")
+    )
     return (
         alt.layer(uniform, bars, values)
         .add_params(*params)
@@ -302,16 +413,29 @@ def smoothing_loss_figure(C: int, eps_values=(0.0, 0.1, 0.2)):
         if eps > 0:
             best = -a * np.log(a) - (1 - a) * np.log((1 - a) / (C - 1))
             ax.plot([a], [best], "o", color=line.get_color())
-            ax.annotate(f"min at p = {a:.3f}", (a, best), textcoords="offset points", xytext=(-95, 12), fontsize=9)
+            ax.annotate(
+                f"min at p = {a:.3f}",
+                (a, best),
+                textcoords="offset points",
+                xytext=(-95, 12),
+                fontsize=9,
+            )
     ax.set_ylim(0, 3)
-    ax.set(xlabel="p(true class), the model's confidence in the right token", ylabel="loss (nats per token)")
-    ax.set_title(f"Smoothed cross-entropy against confidence (C = {C})", fontsize=10)
+    ax.set(
+        xlabel="p(true class), the model's confidence in the right token",
+        ylabel="loss (nats per token)",
+    )
+    ax.set_title(
+        f"Smoothed cross-entropy against confidence (C = {C})", fontsize=10
+    )
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return fig
 
 
-def reliability_figure(results: dict, title: str = "Reliability on held-out data"):
+def reliability_figure(
+    results: dict, title: str = "Reliability on held-out data"
+):
     """Reliability diagrams (top) and confidence histograms (bottom), one column per model.
 
     Top: for each confidence bin, a bar up to the accuracy of the predictions in it, and a hatched
@@ -329,14 +453,33 @@ def reliability_figure(results: dict, title: str = "Reliability on held-out data
     import numpy as np
 
     fig = _closed_figure(4.2 * len(results), 5.6)
-    axes = fig.subplots(2, len(results), squeeze=False, height_ratios=[2.2, 1], sharex=True, sharey="row")
+    axes = fig.subplots(
+        2,
+        len(results),
+        squeeze=False,
+        height_ratios=[2.2, 1],
+        sharex=True,
+        sharey="row",
+    )
     for k, (label, bins) in enumerate(results.items()):
         edges = bins.edges.numpy()
         width = edges[1] - edges[0]
         filled = bins.count.numpy() > 0
-        left, acc, conf = edges[:-1][filled], bins.accuracy.numpy()[filled], bins.confidence.numpy()[filled]
+        left, acc, conf = (
+            edges[:-1][filled],
+            bins.accuracy.numpy()[filled],
+            bins.confidence.numpy()[filled],
+        )
         top, low = axes[0, k], axes[1, k]
-        top.bar(left, acc, width=width, align="edge", color="#4c78a8", edgecolor="white", label="accuracy")
+        top.bar(
+            left,
+            acc,
+            width=width,
+            align="edge",
+            color="#4c78a8",
+            edgecolor="white",
+            label="accuracy",
+        )
         top.bar(
             left,
             np.abs(conf - acc),
@@ -349,11 +492,25 @@ def reliability_figure(results: dict, title: str = "Reliability on held-out data
             linewidth=0.8,
             label="gap to mean confidence",
         )
-        top.plot([0, 1], [0, 1], "--", color="gray", linewidth=1, label="calibrated")
+        top.plot(
+            [0, 1],
+            [0, 1],
+            "--",
+            color="gray",
+            linewidth=1,
+            label="calibrated",
+        )
         top.set(xlim=(0, 1), ylim=(0, 1))
         top.set_title(f"{label}: ECE = {bins.ece:.3f}", fontsize=10)
         top.legend(fontsize="x-small", loc="upper left")
-        low.bar(edges[:-1], bins.weight.numpy(), width=width, align="edge", color="#9ecae1", edgecolor="white")
+        low.bar(
+            edges[:-1],
+            bins.weight.numpy(),
+            width=width,
+            align="edge",
+            color="#9ecae1",
+            edgecolor="white",
+        )
         low.set(xlabel="confidence (largest probability)")
     axes[0, 0].set_ylabel("accuracy in the bin")
     axes[1, 0].set_ylabel("share of predictions")

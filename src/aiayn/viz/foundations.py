@@ -19,7 +19,9 @@ def path_length_figure(words: list[str], source: int, target: int):
         target: position of the output.
     """
     if not 0 <= source < target < len(words):
-        raise ValueError(f"need 0 <= source < target < {len(words)}, got source={source}, target={target}")
+        raise ValueError(
+            f"need 0 <= source < target < {len(words)}, got source={source}, target={target}"
+        )
     n = len(words)
     fig = _closed_figure(0.95 * n + 1.5, 5.0)
     rnn_ax, attn_ax = fig.subplots(2, 1)
@@ -43,35 +45,79 @@ def path_length_figure(words: list[str], source: int, target: int):
     # recurrent layer: x_t -> h_t and h_{t-1} -> h_t
     for t in range(n):
         on_path = t == source
-        arrow(rnn_ax, (t, 0), (t, 1), hot if on_path else grey, 2.2 if on_path else 1.0)
+        arrow(
+            rnn_ax,
+            (t, 0),
+            (t, 1),
+            hot if on_path else grey,
+            2.2 if on_path else 1.0,
+        )
         if t > 0:
             on_path = source < t <= target
-            arrow(rnn_ax, (t - 1, 1), (t, 1), hot if on_path else grey, 2.2 if on_path else 1.0)
+            arrow(
+                rnn_ax,
+                (t - 1, 1),
+                (t, 1),
+                hot if on_path else grey,
+                2.2 if on_path else 1.0,
+            )
     rnn_steps = 1 + (target - source)
     rnn_ax.set_title(
-        f"Recurrent layer: {rnn_steps} arrows from '{words[source]}' to the output at '{words[target]}'", fontsize=10
+        f"Recurrent layer: {rnn_steps} arrows from '{words[source]}' to the output at '{words[target]}'",
+        fontsize=10,
     )
 
     # self-attention: every input feeds every output directly
     for i in range(n):
         for j in range(n):
             if (j, i) != (source, target):
-                attn_ax.plot([j, i], [0, 1], color=grey, lw=0.4, alpha=0.6, zorder=1)
+                attn_ax.plot(
+                    [j, i], [0, 1], color=grey, lw=0.4, alpha=0.6, zorder=1
+                )
     arrow(attn_ax, (source, 0), (target, 1), hot, 2.2)
-    attn_ax.set_title(f"Self-attention: 1 arrow from '{words[source]}' to the output at '{words[target]}'", fontsize=10)
+    attn_ax.set_title(
+        f"Self-attention: 1 arrow from '{words[source]}' to the output at '{words[target]}'",
+        fontsize=10,
+    )
 
-    for ax, out_label in ((rnn_ax, "output $h_t$"), (attn_ax, "output $y_t$")):
-        ax.scatter(range(n), [0] * n, s=90, color="white", edgecolor="black", zorder=3)
-        ax.scatter(range(n), [1] * n, s=90, color="#dfe9f5", edgecolor="black", zorder=3)
-        ax.set_xticks(range(n), [f"{t}\n{w}" for t, w in enumerate(words)], fontsize=9)
+    for ax, out_label in (
+        (rnn_ax, "output $h_t$"),
+        (attn_ax, "output $y_t$"),
+    ):
+        ax.scatter(
+            range(n),
+            [0] * n,
+            s=90,
+            color="white",
+            edgecolor="black",
+            zorder=3,
+        )
+        ax.scatter(
+            range(n),
+            [1] * n,
+            s=90,
+            color="#dfe9f5",
+            edgecolor="black",
+            zorder=3,
+        )
+        ax.set_xticks(
+            range(n), [f"{t}\n{w}" for t, w in enumerate(words)], fontsize=9
+        )
         ax.set_yticks([0, 1], ["input $x_t$", out_label])
-        ax.set(xlim=(-0.6, n - 0.4), ylim=(-0.35, 1.35), xlabel="position in the sentence (word index)")
+        ax.set(
+            xlim=(-0.6, n - 0.4),
+            ylim=(-0.35, 1.35),
+            xlabel="position in the sentence (word index)",
+        )
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
     return fig
 
 
-def influence_figure(curves: dict, title: str = "How strongly the output at the last position depends on each input"):
+def influence_figure(
+    curves: dict,
+    title: str = "How strongly the output at the last position depends on each input",
+):
     """Gradient norm of the last position's output with respect to each input, against distance.
 
     Args:
@@ -95,10 +141,17 @@ def influence_figure(curves: dict, title: str = "How strongly the output at the 
     return fig
 
 
-_TABLE1_KINDS = ["Self-attention", "Recurrent", "Convolutional (dilated)", "Self-attention (restricted)"]
+_TABLE1_KINDS = [
+    "Self-attention",
+    "Recurrent",
+    "Convolutional (dilated)",
+    "Self-attention (restricted)",
+]
 
 
-def table1_chart(d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096) -> alt.VConcatChart:
+def table1_chart(
+    d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096
+) -> alt.VConcatChart:
     """Table 1 of the paper as curves over the sequence length n, computed in the browser.
 
     Top: operations per layer (n²·d, n·d², k·n·d², r·n·d; constants dropped). Bottom: maximum path
@@ -115,9 +168,25 @@ def table1_chart(d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096)
     """
     import math
 
-    d = alt.param(name="d", value=d_model, bind=alt.binding_range(min=16, max=2048, step=16, name="d (width) "))
-    kp = alt.param(name="k", value=k, bind=alt.binding_range(min=2, max=16, step=1, name="k (kernel width) "))
-    rp = alt.param(name="r", value=r, bind=alt.binding_range(min=2, max=256, step=2, name="r (neighbourhood) "))
+    d = alt.param(
+        name="d",
+        value=d_model,
+        bind=alt.binding_range(min=16, max=2048, step=16, name="d (width) "),
+    )
+    kp = alt.param(
+        name="k",
+        value=k,
+        bind=alt.binding_range(
+            min=2, max=16, step=1, name="k (kernel width) "
+        ),
+    )
+    rp = alt.param(
+        name="r",
+        value=r,
+        bind=alt.binding_range(
+            min=2, max=256, step=2, name="r (neighbourhood) "
+        ),
+    )
     per_kind = 4 * int(math.log2(n_max))  # grid points per layer kind
     kinds = "[" + ", ".join(f"'{name}'" for name in _TABLE1_KINDS) + "]"
     ops = (
@@ -131,10 +200,13 @@ def table1_chart(d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096)
     base = (
         alt.Chart(alt.sequence(0, 4 * (per_kind + 1), as_="i"))
         .transform_calculate(
-            kind_id=f"floor(datum.i / {per_kind + 1})", n=f"round(pow(2, 1 + (datum.i % {per_kind + 1}) / 4))"
+            kind_id=f"floor(datum.i / {per_kind + 1})",
+            n=f"round(pow(2, 1 + (datum.i % {per_kind + 1}) / 4))",
         )
         .transform_filter(f"datum.n <= {n_max}")
-        .transform_calculate(kind=f"{kinds}[datum.kind_id]", ops=ops, path=path)
+        .transform_calculate(
+            kind=f"{kinds}[datum.kind_id]", ops=ops, path=path
+        )
     )
     color = alt.Color(
         "kind:N",
@@ -155,7 +227,11 @@ def table1_chart(d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096)
     ]
     cost = base.mark_line().encode(
         x=x,
-        y=alt.Y("ops:Q", title="operations per layer (multiply-adds, log scale)", scale=alt.Scale(type="log")),
+        y=alt.Y(
+            "ops:Q",
+            title="operations per layer (multiply-adds, log scale)",
+            scale=alt.Scale(type="log"),
+        ),
         color=color,
         tooltip=tooltip,
     )
@@ -167,12 +243,22 @@ def table1_chart(d_model: int = 512, k: int = 3, r: int = 16, n_max: int = 4096)
     )
     hops = base.mark_line(interpolate="step-after").encode(
         x=x,
-        y=alt.Y("path:Q", title="maximum path length (steps, log scale)", scale=alt.Scale(type="log")),
+        y=alt.Y(
+            "path:Q",
+            title="maximum path length (steps, log scale)",
+            scale=alt.Scale(type="log"),
+        ),
         color=color,
         tooltip=tooltip,
     )
-    top = (cost + crossover).properties(width=460, height=230, title="Work per layer")
-    bottom = hops.properties(width=460, height=200, title="Steps between the two farthest positions")
+    top = (cost + crossover).properties(
+        width=460, height=230, title="Work per layer"
+    )
+    bottom = hops.properties(
+        width=460,
+        height=200,
+        title="Steps between the two farthest positions",
+    )
     return alt.vconcat(top, bottom).add_params(d, kp, rp)
 
 
@@ -183,8 +269,16 @@ def timing_chart(frame) -> alt.LayerChart:
         frame: a ``pandas.DataFrame`` with columns ``n`` (tokens), ``layer`` (name) and ``ms``
             (median forward time in milliseconds).
     """
-    x = alt.X("n:Q", title="sequence length n (tokens, log scale)", scale=alt.Scale(type="log", nice=False))
-    y = alt.Y("ms:Q", title="forward time (milliseconds, log scale)", scale=alt.Scale(type="log"))
+    x = alt.X(
+        "n:Q",
+        title="sequence length n (tokens, log scale)",
+        scale=alt.Scale(type="log", nice=False),
+    )
+    y = alt.Y(
+        "ms:Q",
+        title="forward time (milliseconds, log scale)",
+        scale=alt.Scale(type="log"),
+    )
     color = alt.Color("layer:N", title="layer")
     tooltip = [
         alt.Tooltip("layer:N"),
@@ -193,11 +287,15 @@ def timing_chart(frame) -> alt.LayerChart:
     ]
     base = alt.Chart(frame).encode(x=x, y=y, color=color, tooltip=tooltip)
     return (base.mark_line() + base.mark_point(filled=True)).properties(
-        width=460, height=280, title="One layer's forward pass, measured on the machine that built this page"
+        width=460,
+        height=280,
+        title="One layer's forward pass, measured on the machine that built this page",
     )
 
 
-def embedding_norms_figure(norms: dict, pe_norms, words: list[str], d_model: int):
+def embedding_norms_figure(
+    norms: dict, pe_norms, words: list[str], d_model: int
+):
     """Vector norms of token embeddings before and after the sqrt(d_model) scale, next to the encoding's.
 
     Args:
@@ -210,20 +308,48 @@ def embedding_norms_figure(norms: dict, pe_norms, words: list[str], d_model: int
 
     fig = _closed_figure(10.0, 3.8)
     axes = fig.subplots(1, 2, sharey=True)
-    titles = ("token embedding as looked up", f"token embedding × √d_model (= {math.sqrt(d_model):.1f})")
+    titles = (
+        "token embedding as looked up",
+        f"token embedding × √d_model (= {math.sqrt(d_model):.1f})",
+    )
     positions = range(len(words))
     for side, (ax, title) in enumerate(zip(axes, titles, strict=True)):
-        ax.plot(positions, pe_norms.detach().cpu().numpy(), color="black", lw=2, label="positional encoding")
-        for (label, pair), marker in zip(norms.items(), "os^v", strict=False):
-            ax.plot(positions, pair[side].detach().cpu().numpy(), marker=marker, linestyle=":", label=label)
+        ax.plot(
+            positions,
+            pe_norms.detach().cpu().numpy(),
+            color="black",
+            lw=2,
+            label="positional encoding",
+        )
+        for (label, pair), marker in zip(
+            norms.items(), "os^v", strict=False
+        ):
+            ax.plot(
+                positions,
+                pair[side].detach().cpu().numpy(),
+                marker=marker,
+                linestyle=":",
+                label=label,
+            )
         ax.set_yscale("log")
-        ax.set_xticks(list(positions), words, rotation=45, ha="right", fontsize=9)
+        ax.set_xticks(
+            list(positions), words, rotation=45, ha="right", fontsize=9
+        )
         ax.set(xlabel="token (position in the sentence)", title=title)
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("vector norm ‖·‖₂ (log scale)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
-    fig.suptitle(f"How big is each vector that gets added? (d_model = {d_model})", fontsize=11)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncols=2,
+        fontsize="small",
+    )
+    fig.suptitle(
+        f"How big is each vector that gets added? (d_model = {d_model})",
+        fontsize=11,
+    )
     return fig
 
 
@@ -234,7 +360,9 @@ _INITS = [
 ]
 
 
-def embedding_scale_chart(vocab_size: int = 37000, max_d_model: int = 4096) -> alt.LayerChart:
+def embedding_scale_chart(
+    vocab_size: int = 37000, max_d_model: int = 4096
+) -> alt.LayerChart:
     """Expected norm of a scaled token embedding divided by the positional encoding's, against d_model.
 
     A row of d independent entries of standard deviation σ has norm about σ·√d, and every row of the
@@ -249,9 +377,15 @@ def embedding_scale_chart(vocab_size: int = 37000, max_d_model: int = 4096) -> a
     import math
 
     vocab = alt.param(
-        name="V", value=vocab_size, bind=alt.binding_range(min=1000, max=100000, step=1000, name="vocabulary size V ")
+        name="V",
+        value=vocab_size,
+        bind=alt.binding_range(
+            min=1000, max=100000, step=1000, name="vocabulary size V "
+        ),
     )
-    per_init = 4 * int(math.log2(max_d_model / 16))  # grid points per init, from d_model = 16
+    per_init = 4 * int(
+        math.log2(max_d_model / 16)
+    )  # grid points per init, from d_model = 16
     inits = "[" + ", ".join(f"'{name}'" for name in _INITS) + "]"
     ratio = (
         "datum.init_id == 0 ? sqrt(2 * datum.d_model) : datum.init_id == 1"
@@ -260,7 +394,8 @@ def embedding_scale_chart(vocab_size: int = 37000, max_d_model: int = 4096) -> a
     curves = (
         alt.Chart(alt.sequence(0, 3 * (per_init + 1), as_="i"))
         .transform_calculate(
-            init_id=f"floor(datum.i / {per_init + 1})", d_model=f"round(16 * pow(2, (datum.i % {per_init + 1}) / 4))"
+            init_id=f"floor(datum.i / {per_init + 1})",
+            d_model=f"round(16 * pow(2, (datum.i % {per_init + 1}) / 4))",
         )
         .transform_calculate(init=f"{inits}[datum.init_id]", ratio=ratio)
         .mark_line()
@@ -279,7 +414,9 @@ def embedding_scale_chart(vocab_size: int = 37000, max_d_model: int = 4096) -> a
                 "init:N",
                 title="initialisation",
                 scale=alt.Scale(domain=_INITS),
-                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=300),
+                legend=alt.Legend(
+                    orient="bottom", direction="vertical", labelLimit=300
+                ),
             ),
             tooltip=[
                 alt.Tooltip("init:N", title="init"),
@@ -297,7 +434,11 @@ def embedding_scale_chart(vocab_size: int = 37000, max_d_model: int = 4096) -> a
     return (
         (curves + equal)
         .add_params(vocab)
-        .properties(width=460, height=280, title="Scaled token embedding against the positional encoding")
+        .properties(
+            width=460,
+            height=280,
+            title="Scaled token embedding against the positional encoding",
+        )
     )
 
 

@@ -23,7 +23,9 @@ def norm_groups_figure(batch: int = 6, features: int = 10):
     import numpy as np
 
     if batch < 2 or features < 2:
-        raise ValueError(f"need at least a 2 x 2 grid, got batch={batch}, features={features}")
+        raise ValueError(
+            f"need at least a 2 x 2 grid, got batch={batch}, features={features}"
+        )
     fig = _closed_figure(10.0, 3.6)
     axes = fig.subplots(1, 2)
     panels = {
@@ -35,26 +37,49 @@ def norm_groups_figure(batch: int = 6, features: int = 10):
         ),
     }
     for ax, (title, groups) in zip(axes, panels.items(), strict=True):
-        ax.imshow(groups % 10, cmap="tab10", vmin=0, vmax=9, alpha=0.55, interpolation="nearest")
+        ax.imshow(
+            groups % 10,
+            cmap="tab10",
+            vmin=0,
+            vmax=9,
+            alpha=0.55,
+            interpolation="nearest",
+        )
         ax.set_xticks(np.arange(-0.5, features), minor=True)
         ax.set_yticks(np.arange(-0.5, batch), minor=True)
         ax.grid(which="minor", color="white", linewidth=2)
         ax.tick_params(which="both", length=0)
-        ax.set_xticks(range(features), [str(j) for j in range(features)], fontsize=8)
-        ax.set_yticks(range(batch), [str(i) for i in range(batch)], fontsize=8)
-        ax.set(xlabel="feature j (the d_model axis)", ylabel="example i (the batch axis)")
+        ax.set_xticks(
+            range(features), [str(j) for j in range(features)], fontsize=8
+        )
+        ax.set_yticks(
+            range(batch), [str(i) for i in range(batch)], fontsize=8
+        )
+        ax.set(
+            xlabel="feature j (the d_model axis)",
+            ylabel="example i (the batch axis)",
+        )
         ax.set_title(title, fontsize=10)
     axes[0].annotate(
-        "", xy=(0, batch - 0.6), xytext=(0, -0.4), arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.5}
+        "",
+        xy=(0, batch - 0.6),
+        xytext=(0, -0.4),
+        arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.5},
     )
     axes[1].annotate(
-        "", xy=(features - 0.6, 0), xytext=(-0.4, 0), arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.5}
+        "",
+        xy=(features - 0.6, 0),
+        xytext=(-0.4, 0),
+        arrowprops={"arrowstyle": "<->", "color": "black", "lw": 1.5},
     )
     return fig
 
 
 def per_layer_figure(
-    panels: dict, logy: bool = True, xlabel: str = "layer (1 = bottom, nearest the input)", stacked: bool = False
+    panels: dict,
+    logy: bool = True,
+    xlabel: str = "layer (1 = bottom, nearest the input)",
+    stacked: bool = False,
 ):
     """Panels of per-layer quantities: one line per variant, layer index on the x axis.
 
@@ -68,7 +93,9 @@ def per_layer_figure(
         A matplotlib Figure (closed), one Axes per panel, one line per variant.
     """
     if not panels:
-        raise ValueError("panels is empty: give at least one {title: (ylabel, {label: values})}")
+        raise ValueError(
+            "panels is empty: give at least one {title: (ylabel, {label: values})}"
+        )
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     if stacked:
@@ -77,27 +104,44 @@ def per_layer_figure(
     else:
         fig = _closed_figure(5.0 * len(panels) + 0.5, 3.6)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (title, (ylabel, lines)) in zip(axes, panels.items(), strict=True):
+    for ax, (title, (ylabel, lines)) in zip(
+        axes, panels.items(), strict=True
+    ):
         drawn = []
-        for (label, values), marker in zip(lines.items(), "os^vD", strict=False):
+        for (label, values), marker in zip(
+            lines.items(), "os^vD", strict=False
+        ):
             values = [float(v) for v in values]
             drawn += values
-            ax.plot(range(1, len(values) + 1), values, marker=marker, markersize=4, label=label)
+            ax.plot(
+                range(1, len(values) + 1),
+                values,
+                marker=marker,
+                markersize=4,
+                label=label,
+            )
         if logy:
             ax.set_yscale("log")
-            if min(drawn) > 0 and max(drawn) / min(drawn) < 100:  # less than two decades: plain numbers read better
+            if (
+                min(drawn) > 0 and max(drawn) / min(drawn) < 100
+            ):  # less than two decades: plain numbers read better
                 plain = FuncFormatter(lambda v, _: f"{v:g}")
                 ax.yaxis.set_major_formatter(plain)
                 ax.yaxis.set_minor_formatter(plain)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set(xlabel="" if stacked and ax is not axes[-1] else xlabel, ylabel=ylabel)
+        ax.set(
+            xlabel="" if stacked and ax is not axes[-1] else xlabel,
+            ylabel=ylabel,
+        )
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
     return fig
 
 
-def future_change_figure(changes: dict, changed: int, title: str | None = None):
+def future_change_figure(
+    changes: dict, changed: int, title: str | None = None
+):
     """How much the logits at each target position move when the token at position ``changed`` is replaced.
 
     Args:
@@ -115,12 +159,29 @@ def future_change_figure(changes: dict, changed: int, title: str | None = None):
     width = 0.8 / max(len(changes), 1)
     for k, (label, values) in enumerate(changes.items()):
         values = np.asarray([float(v) for v in values])
-        ax.bar(np.arange(len(values)) + (k - (len(changes) - 1) / 2) * width, values, width=width, label=label)
-    ax.axvline(changed - 0.5, color="black", linestyle="--", linewidth=1)  # earlier positions to its left
-    ax.text(changed - 0.45, ax.get_ylim()[1] * 0.92, f"token changed at position {changed} →", fontsize=9)
+        ax.bar(
+            np.arange(len(values)) + (k - (len(changes) - 1) / 2) * width,
+            values,
+            width=width,
+            label=label,
+        )
+    ax.axvline(
+        changed - 0.5, color="black", linestyle="--", linewidth=1
+    )  # earlier positions to its left
+    ax.text(
+        changed - 0.45,
+        ax.get_ylim()[1] * 0.92,
+        f"token changed at position {changed} →",
+        fontsize=9,
+    )
     ax.set_xticks(range(max(len(v) for v in changes.values())))
-    ax.set(xlabel="target position i", ylabel="max |change of the logits at i|")
-    ax.set_title(title or "Which positions notice a change at a later position?", fontsize=10)
+    ax.set(
+        xlabel="target position i", ylabel="max |change of the logits at i|"
+    )
+    ax.set_title(
+        title or "Which positions notice a change at a later position?",
+        fontsize=10,
+    )
     ax.legend(fontsize="small", loc="upper left")
     return fig
 
@@ -133,17 +194,25 @@ def param_count_chart(frame) -> alt.LayerChart:
             parameters) and ``change`` (what the row changes); rows without a paper count are skipped.
     """
     data = frame.dropna(subset=["paper"])[["row", "change", "paper", "ours"]]
-    data = data.assign(gap=(data.ours - data.paper).round(2), ours=data.ours.round(2))
+    data = data.assign(
+        gap=(data.ours - data.paper).round(2), ours=data.ours.round(2)
+    )
     domain = [float(data.paper.min()) * 0.8, float(data.paper.max()) * 1.25]
     scale = alt.Scale(type="log", domain=domain)
-    x = alt.X("paper:Q", title="paper's count, Table 3 (millions, log scale)", scale=scale)
+    x = alt.X(
+        "paper:Q",
+        title="paper's count, Table 3 (millions, log scale)",
+        scale=scale,
+    )
     points = (
         alt.Chart(data)
         .mark_point(filled=True, size=70)
         .encode(
             x=x,
             y=alt.Y("gap:Q", title="ours − paper (millions of parameters)"),
-            color=alt.condition("datum.gap < 0", alt.value("#2b7bba"), alt.value("#d6604d")),
+            color=alt.condition(
+                "datum.gap < 0", alt.value("#2b7bba"), alt.value("#d6604d")
+            ),
             tooltip=[
                 alt.Tooltip("row:N"),
                 alt.Tooltip("change:N", title="setting"),
@@ -153,11 +222,24 @@ def param_count_chart(frame) -> alt.LayerChart:
             ],
         )
     )
-    labels = points.mark_text(align="left", dx=7, fontSize=10, color="black").encode(text="row:N")
-    zero = alt.Chart(alt.sequence(0, 1, as_="i")).mark_rule(strokeDash=[4, 4], color="#555").encode(y=alt.datum(0))
+    labels = points.mark_text(
+        align="left", dx=7, fontSize=10, color="black"
+    ).encode(text="row:N")
+    zero = (
+        alt.Chart(alt.sequence(0, 1, as_="i"))
+        .mark_rule(strokeDash=[4, 4], color="#555")
+        .encode(y=alt.datum(0))
+    )
     return (zero + points + labels).properties(
-        width=520, height=300, title="Our parameter counts minus the paper's (dashed: equal)"
+        width=520,
+        height=300,
+        title="Our parameter counts minus the paper's (dashed: equal)",
     )
 
 
-__all__ = ["norm_groups_figure", "per_layer_figure", "future_change_figure", "param_count_chart"]
+__all__ = [
+    "norm_groups_figure",
+    "per_layer_figure",
+    "future_change_figure",
+    "param_count_chart",
+]

@@ -10,7 +10,9 @@ from ._figures import _closed_figure
 def _as_matrix(tensor, name: str):
     """A 2-D tensor as a NumPy array, or a ``ValueError`` that names the shape that arrived."""
     if tensor.dim() != 2:
-        raise ValueError(f"{name}: expected a 2-D tensor, got shape {tuple(tensor.shape)}")
+        raise ValueError(
+            f"{name}: expected a 2-D tensor, got shape {tuple(tensor.shape)}"
+        )
     return tensor.detach().cpu().float().numpy()
 
 
@@ -27,13 +29,28 @@ def pe_heatmap(pe, title: str = "Sinusoidal positional encoding"):
     table = _as_matrix(pe, "pe")
     fig = _closed_figure(7.5, 4.0)
     ax = fig.subplots()
-    image = ax.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-    ax.set(xlabel="dimension (column of the table)", ylabel="position in the sequence", title=title)
+    image = ax.imshow(
+        table,
+        aspect="auto",
+        cmap="RdBu_r",
+        vmin=-1,
+        vmax=1,
+        interpolation="nearest",
+    )
+    ax.set(
+        xlabel="dimension (column of the table)",
+        ylabel="position in the sequence",
+        title=title,
+    )
     fig.colorbar(image, ax=ax, label="PE value")
     return fig
 
 
-def pe_curves(pe, dims=(4, 5, 6, 7), title: str = "Dimensions of the encoding over positions"):
+def pe_curves(
+    pe,
+    dims=(4, 5, 6, 7),
+    title: str = "Dimensions of the encoding over positions",
+):
     """Line plot of a few columns of the table against the position.
 
     Args:
@@ -46,19 +63,32 @@ def pe_curves(pe, dims=(4, 5, 6, 7), title: str = "Dimensions of the encoding ov
     """
     table = _as_matrix(pe, "pe")
     if not all(0 <= dim < table.shape[1] for dim in dims):
-        raise ValueError(f"dims must be columns of a table with {table.shape[1]} columns, got {tuple(dims)}")
+        raise ValueError(
+            f"dims must be columns of a table with {table.shape[1]} columns, got {tuple(dims)}"
+        )
     fig = _closed_figure(7.5, 3.2)
     ax = fig.subplots()
     for dim in dims:
         kind = "sin" if dim % 2 == 0 else "cos"
-        ax.plot(table[:, dim], label=f"dimension {dim} ({kind})", linestyle="-" if dim % 2 == 0 else "--")
-    ax.set(xlabel="position in the sequence", ylabel="PE value", title=title, ylim=(-1.1, 1.1))
+        ax.plot(
+            table[:, dim],
+            label=f"dimension {dim} ({kind})",
+            linestyle="-" if dim % 2 == 0 else "--",
+        )
+    ax.set(
+        xlabel="position in the sequence",
+        ylabel="PE value",
+        title=title,
+        ylim=(-1.1, 1.1),
+    )
     ax.legend(loc="upper right", fontsize="small", ncols=2)
     ax.grid(alpha=0.3)
     return fig
 
 
-def pe_similarity(pe, title: str = "Dot product between the encodings of two positions"):
+def pe_similarity(
+    pe, title: str = "Dot product between the encodings of two positions"
+):
     """Heatmap of ``pe @ pe.T``: entry ``(p, q)`` is the dot product of positions ``p`` and ``q``.
 
     Args:
@@ -78,7 +108,9 @@ def pe_similarity(pe, title: str = "Dot product between the encodings of two pos
     return fig
 
 
-def pe_wavelengths(curves: dict, title: str = "Wavelength of each pair of columns"):
+def pe_wavelengths(
+    curves: dict, title: str = "Wavelength of each pair of columns"
+):
     """Wavelength (in positions, log scale) of each pair of columns, one line per variant of the formula.
 
     Args:
@@ -90,17 +122,31 @@ def pe_wavelengths(curves: dict, title: str = "Wavelength of each pair of column
     """
     fig = _closed_figure(7.5, 3.2)
     ax = fig.subplots()
-    for (label, wavelengths), marker in zip(curves.items(), "os^v", strict=False):
+    for (label, wavelengths), marker in zip(
+        curves.items(), "os^v", strict=False
+    ):
         values = wavelengths.detach().cpu().numpy()
-        ax.plot(range(len(values)), values, marker=marker, markersize=3, label=label)
+        ax.plot(
+            range(len(values)),
+            values,
+            marker=marker,
+            markersize=3,
+            label=label,
+        )
     ax.set_yscale("log")
-    ax.set(xlabel="pair i (columns 2i and 2i + 1)", ylabel="wavelength (positions, log scale)", title=title)
+    ax.set(
+        xlabel="pair i (columns 2i and 2i + 1)",
+        ylabel="wavelength (positions, log scale)",
+        title=title,
+    )
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3, which="both")
     return fig
 
 
-def positional_encoding_chart(max_positions: int = 60, max_d_model: int = 112) -> alt.VConcatChart:
+def positional_encoding_chart(
+    max_positions: int = 60, max_d_model: int = 112
+) -> alt.VConcatChart:
     """Interactive sinusoidal encoding, computed in the browser from three sliders.
 
     Sliders: ``d_model`` (width of the table), ``positions shown`` and ``dimension`` (the column
@@ -120,32 +166,61 @@ def positional_encoding_chart(max_positions: int = 60, max_d_model: int = 112) -
             f"need max_positions >= 10 and max_d_model a positive multiple of 8, got {max_positions} and {max_d_model}"
         )
     d_model = alt.param(
-        name="d_model", value=64, bind=alt.binding_range(min=8, max=max_d_model, step=8, name="d_model ")
+        name="d_model",
+        value=64,
+        bind=alt.binding_range(
+            min=8, max=max_d_model, step=8, name="d_model "
+        ),
     )
     positions = alt.param(
         name="positions",
         value=min(40, max_positions),
-        bind=alt.binding_range(min=10, max=max_positions, step=5, name="positions shown "),
+        bind=alt.binding_range(
+            min=10, max=max_positions, step=5, name="positions shown "
+        ),
     )
     dimension = alt.param(
-        name="dimension", value=6, bind=alt.binding_range(min=0, max=max_d_model - 1, step=1, name="dimension ")
+        name="dimension",
+        value=6,
+        bind=alt.binding_range(
+            min=0, max=max_d_model - 1, step=1, name="dimension "
+        ),
     )
     column = "min(dimension, d_model - 1)"  # the slider may point past a narrow table
     pe_value = "(datum.dim % 2 == 0 ? sin(datum.angle) : cos(datum.angle))"
 
     grid = (
         alt.Chart(alt.sequence(0, max_positions * max_d_model, as_="n"))
-        .transform_calculate(pos=f"floor(datum.n / {max_d_model})", dim=f"datum.n % {max_d_model}")
+        .transform_calculate(
+            pos=f"floor(datum.n / {max_d_model})",
+            dim=f"datum.n % {max_d_model}",
+        )
         .transform_filter("datum.pos < positions && datum.dim < d_model")
-        .transform_calculate(angle="datum.pos / pow(10000, (datum.dim - datum.dim % 2) / d_model)")
-        .transform_calculate(value=pe_value, dim_end="datum.dim + 1", pos_end="datum.pos + 1")
+        .transform_calculate(
+            angle="datum.pos / pow(10000, (datum.dim - datum.dim % 2) / d_model)"
+        )
+        .transform_calculate(
+            value=pe_value, dim_end="datum.dim + 1", pos_end="datum.pos + 1"
+        )
     )
     heatmap = grid.mark_rect().encode(
-        x=alt.X("dim:Q", title="dimension (column of the table)", scale=alt.Scale(nice=False, zero=True)),
+        x=alt.X(
+            "dim:Q",
+            title="dimension (column of the table)",
+            scale=alt.Scale(nice=False, zero=True),
+        ),
         x2="dim_end:Q",
-        y=alt.Y("pos:Q", title="position in the sequence", scale=alt.Scale(reverse=True, nice=False, zero=True)),
+        y=alt.Y(
+            "pos:Q",
+            title="position in the sequence",
+            scale=alt.Scale(reverse=True, nice=False, zero=True),
+        ),
         y2="pos_end:Q",
-        color=alt.Color("value:Q", title="PE value", scale=alt.Scale(scheme="redblue", domain=[-1, 1], reverse=True)),
+        color=alt.Color(
+            "value:Q",
+            title="PE value",
+            scale=alt.Scale(scheme="redblue", domain=[-1, 1], reverse=True),
+        ),
         tooltip=[
             alt.Tooltip("pos:Q", title="position"),
             alt.Tooltip("dim:Q", title="dimension"),
@@ -154,7 +229,9 @@ def positional_encoding_chart(max_positions: int = 60, max_d_model: int = 112) -
     )
     outline = (
         alt.Chart(alt.sequence(0, 1, as_="n"))
-        .transform_calculate(dim=column, dim_end=f"{column} + 1", top="0", bottom="positions")
+        .transform_calculate(
+            dim=column, dim_end=f"{column} + 1", top="0", bottom="positions"
+        )
         .mark_rect(fill=None, stroke="black", strokeWidth=2)
         .encode(
             x=alt.X("dim:Q", title="dimension (column of the table)"),
@@ -163,26 +240,45 @@ def positional_encoding_chart(max_positions: int = 60, max_d_model: int = 112) -
             y2="bottom:Q",
         )
     )
-    top = (heatmap + outline).properties(width=440, height=240, title="The table PE[position, dimension]")
+    top = (heatmap + outline).properties(
+        width=440, height=240, title="The table PE[position, dimension]"
+    )
 
     steps_per_position = 4  # the wave between integer positions, to show what the table samples
     wave = (
-        alt.Chart(alt.sequence(0, max_positions * steps_per_position + 1, as_="n"))
-        .transform_calculate(pos=f"datum.n / {steps_per_position}", dim=column)
+        alt.Chart(
+            alt.sequence(0, max_positions * steps_per_position + 1, as_="n")
+        )
+        .transform_calculate(
+            pos=f"datum.n / {steps_per_position}", dim=column
+        )
         .transform_filter("datum.pos <= positions - 1")
-        .transform_calculate(angle="datum.pos / pow(10000, (datum.dim - datum.dim % 2) / d_model)")
+        .transform_calculate(
+            angle="datum.pos / pow(10000, (datum.dim - datum.dim % 2) / d_model)"
+        )
         .transform_calculate(value=pe_value)
     )
-    x_pos = alt.X("pos:Q", title="position in the sequence", scale=alt.Scale(nice=False, zero=True))
-    y_val = alt.Y("value:Q", title="PE value", scale=alt.Scale(domain=[-1.05, 1.05]))
-    line = wave.mark_line(color="#888", strokeWidth=1).encode(x=x_pos, y=y_val)
+    x_pos = alt.X(
+        "pos:Q",
+        title="position in the sequence",
+        scale=alt.Scale(nice=False, zero=True),
+    )
+    y_val = alt.Y(
+        "value:Q", title="PE value", scale=alt.Scale(domain=[-1.05, 1.05])
+    )
+    line = wave.mark_line(color="#888", strokeWidth=1).encode(
+        x=x_pos, y=y_val
+    )
     dots = (
         wave.transform_filter("datum.pos == floor(datum.pos)")
         .mark_circle(size=28, color="#c0392b")
         .encode(
             x=x_pos,
             y=y_val,
-            tooltip=[alt.Tooltip("pos:Q", title="position"), alt.Tooltip("value:Q", title="PE value", format=".3f")],
+            tooltip=[
+                alt.Tooltip("pos:Q", title="position"),
+                alt.Tooltip("value:Q", title="PE value", format=".3f"),
+            ],
         )
     )
     title = (
@@ -190,11 +286,15 @@ def positional_encoding_chart(max_positions: int = 60, max_d_model: int = 112) -
         f" + ({column} - {column} % 2) + '/' + d_model + ') = '"
         f" + format(2 * PI * pow(10000, ({column} - {column} % 2) / d_model), ',.1f') + ' positions'"
     )
-    bottom = (line + dots).properties(width=440, height=160, title=alt.TitleParams(text=alt.expr(title)))
+    bottom = (line + dots).properties(
+        width=440, height=160, title=alt.TitleParams(text=alt.expr(title))
+    )
     return alt.vconcat(top, bottom).add_params(d_model, positions, dimension)
 
 
-def mask_heatmaps(masks: dict, tokens: list[str], keys: list[str] | None = None):
+def mask_heatmaps(
+    masks: dict, tokens: list[str], keys: list[str] | None = None
+):
     """Boolean masks side by side: query rows, key columns, a filled cell where the query may attend.
 
     Args:
@@ -222,15 +322,33 @@ def mask_heatmaps(masks: dict, tokens: list[str], keys: list[str] | None = None)
         ax.imshow(m, cmap=cmap, vmin=0, vmax=1)
         for (q, k), allowed in np.ndenumerate(m):
             color = "white" if allowed else "#999999"
-            ax.text(k, q, "T" if allowed else "F", ha="center", va="center", fontsize=9, color=color)
-        ax.set_xticks(range(len(keys)), keys, rotation=90 if max(map(len, keys)) > 5 else 0)
+            ax.text(
+                k,
+                q,
+                "T" if allowed else "F",
+                ha="center",
+                va="center",
+                fontsize=9,
+                color=color,
+            )
+        ax.set_xticks(
+            range(len(keys)),
+            keys,
+            rotation=90 if max(map(len, keys)) > 5 else 0,
+        )
         ax.set_yticks(range(len(tokens)), tokens)
         ax.set_xticks([x - 0.5 for x in range(1, len(keys))], minor=True)
         ax.set_yticks([y - 0.5 for y in range(1, len(tokens))], minor=True)
         ax.grid(which="minor", color="white", linewidth=1)
         ax.tick_params(which="minor", length=0)
-        ax.set(xlabel="key (attended to)", ylabel="query (attending)", title=title)
-    fig.suptitle("True (blue) = the query may attend to the key", fontsize=10)
+        ax.set(
+            xlabel="key (attended to)",
+            ylabel="query (attending)",
+            title=title,
+        )
+    fig.suptitle(
+        "True (blue) = the query may attend to the key", fontsize=10
+    )
     return fig
 
 
@@ -253,20 +371,44 @@ def mask_chart(max_len: int = 12) -> alt.LayerChart:
     seq_len = alt.param(
         name="seq_len",
         value=min(5, max_len),
-        bind=alt.binding_range(min=2, max=max_len, step=1, name="sequence length "),
+        bind=alt.binding_range(
+            min=2, max=max_len, step=1, name="sequence length "
+        ),
     )
     n_pad = alt.param(
-        name="n_pad", value=1, bind=alt.binding_range(min=0, max=max_len - 1, step=1, name="padding tokens ")
+        name="n_pad",
+        value=1,
+        bind=alt.binding_range(
+            min=0, max=max_len - 1, step=1, name="padding tokens "
+        ),
     )
-    kinds = ["padding (encoder)", "look-ahead", "padding & look-ahead (decoder)"]
-    kind = alt.param(name="kind", value=kinds[2], bind=alt.binding_radio(options=kinds, name="mask "))
-    letters = "[" + ", ".join(f"'{chr(ord('A') + i)}'" for i in range(max_len)) + "]"
+    kinds = [
+        "padding (encoder)",
+        "look-ahead",
+        "padding & look-ahead (decoder)",
+    ]
+    kind = alt.param(
+        name="kind",
+        value=kinds[2],
+        bind=alt.binding_radio(options=kinds, name="mask "),
+    )
+    letters = (
+        "["
+        + ", ".join(f"'{chr(ord('A') + i)}'" for i in range(max_len))
+        + "]"
+    )
     n_real = "max(seq_len - n_pad, 0)"  # all padding is allowed: every row is then empty
     label = f"datum.value >= {n_real} ? '<pad>' : {letters}[datum.value]"
-    statuses = ["may attend (True)", "blocked: future key (False)", "blocked: padding key (False)"]
+    statuses = [
+        "may attend (True)",
+        "blocked: future key (False)",
+        "blocked: padding key (False)",
+    ]
     chart = (
         alt.Chart(alt.sequence(0, max_len * max_len, as_="n"))
-        .transform_calculate(query=f"floor(datum.n / {max_len})", key=f"datum.n % {max_len}")
+        .transform_calculate(
+            query=f"floor(datum.n / {max_len})", key=f"datum.n % {max_len}"
+        )
         .transform_filter("datum.query < seq_len && datum.key < seq_len")
         .transform_calculate(
             is_pad=f"kind != '{kinds[1]}' && datum.key >= {n_real}",
@@ -279,13 +421,25 @@ def mask_chart(max_len: int = 12) -> alt.LayerChart:
         )
     )
     cells = chart.mark_rect(stroke="white", strokeWidth=1).encode(
-        x=alt.X("key:O", title="key (attended to)", axis=alt.Axis(labelExpr=label, labelAngle=0, orient="top")),
-        y=alt.Y("query:O", title="query (attending)", axis=alt.Axis(labelExpr=label)),
+        x=alt.X(
+            "key:O",
+            title="key (attended to)",
+            axis=alt.Axis(labelExpr=label, labelAngle=0, orient="top"),
+        ),
+        y=alt.Y(
+            "query:O",
+            title="query (attending)",
+            axis=alt.Axis(labelExpr=label),
+        ),
         color=alt.Color(
             "status:N",
             title="mask value",
-            scale=alt.Scale(domain=statuses, range=["#2b7bba", "#f4a582", "#d9d9d9"]),
-            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=300),
+            scale=alt.Scale(
+                domain=statuses, range=["#2b7bba", "#f4a582", "#d9d9d9"]
+            ),
+            legend=alt.Legend(
+                orient="bottom", direction="vertical", labelLimit=300
+            ),
         ),
         tooltip=[
             alt.Tooltip("query:O", title="query position"),
@@ -302,7 +456,11 @@ def mask_chart(max_len: int = 12) -> alt.LayerChart:
     return (
         (cells + text)
         .add_params(seq_len, n_pad, kind)
-        .properties(width=alt.Step(36), height=alt.Step(28), title="Which keys each query may attend to")
+        .properties(
+            width=alt.Step(36),
+            height=alt.Step(28),
+            title="Which keys each query may attend to",
+        )
     )
 
 

@@ -23,17 +23,32 @@ def length_histograms_figure(panels: dict, title: str = ""):
     import numpy as np
 
     if not panels or not all(panels.values()):
-        raise ValueError("panels: expected {panel title: {label: lengths}} with at least one label per panel")
+        raise ValueError(
+            "panels: expected {panel title: {label: lengths}} with at least one label per panel"
+        )
     fig = _closed_figure(4.2 * len(panels), 3.2)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (unit, series) in zip(axes, panels.items(), strict=True):
-        arrays = {label: np.asarray(list(lengths), dtype=float) for label, lengths in series.items()}
-        empty = [label for label, values in arrays.items() if values.size == 0]
+        arrays = {
+            label: np.asarray(list(lengths), dtype=float)
+            for label, lengths in series.items()
+        }
+        empty = [
+            label for label, values in arrays.items() if values.size == 0
+        ]
         if empty:
             raise ValueError(f"panel {unit!r}: no lengths for {empty[0]!r}")
-        bins = np.arange(0.5, max(values.max() for values in arrays.values()) + 1.5)  # one bin per length
+        bins = np.arange(
+            0.5, max(values.max() for values in arrays.values()) + 1.5
+        )  # one bin per length
         for label, values in arrays.items():
-            ax.hist(values, bins=bins, histtype="step", linewidth=1.5, label=f"{label} (mean {values.mean():.1f})")
+            ax.hist(
+                values,
+                bins=bins,
+                histtype="step",
+                linewidth=1.5,
+                label=f"{label} (mean {values.mean():.1f})",
+            )
         ax.set(xlabel=f"{unit} per sentence", ylabel="sentences")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
@@ -66,19 +81,39 @@ def run_curves_figure(records, title: str = ""):
              label="training loss (label-smoothed)")  # fmt: skip
     if evals:
         x = [r["step"] for r in evals]
-        top.plot(x, [r["val_loss"] for r in evals], marker="o", color="#1f5fa8", label="validation loss")
-        bottom.plot(x, [r["val_ppl"] for r in evals], marker="o", color="#2e8b57")
-        for r in evals if len(evals) <= 8 else [evals[0], evals[-1]]:  # a long run: the first and the last
+        top.plot(
+            x,
+            [r["val_loss"] for r in evals],
+            marker="o",
+            color="#1f5fa8",
+            label="validation loss",
+        )
+        bottom.plot(
+            x, [r["val_ppl"] for r in evals], marker="o", color="#2e8b57"
+        )
+        for r in (
+            evals if len(evals) <= 8 else [evals[0], evals[-1]]
+        ):  # a long run: the first and the last
             bottom.annotate(f"{r['val_ppl']:.1f}", (r["step"], r["val_ppl"]), textcoords="offset points",
                             xytext=(0, 6), ha="center", fontsize=8)  # fmt: skip
     bottom.set_yscale("log")
     ppl = [r["val_ppl"] for r in evals] or [1.0]
-    narrow = max(ppl) / min(ppl) < 10  # within a decade every tick gets a number, else only 2s and 5s
-    bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 80, not 8 × 10^1
-    bottom.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if narrow or f"{v:g}"[0] in "25" else ""))
+    narrow = (
+        max(ppl) / min(ppl) < 10
+    )  # within a decade every tick gets a number, else only 2s and 5s
+    bottom.yaxis.set_major_formatter(
+        FuncFormatter(lambda v, _: f"{v:g}")
+    )  # 80, not 8 × 10^1
+    bottom.yaxis.set_minor_formatter(
+        FuncFormatter(
+            lambda v, _: f"{v:g}" if narrow or f"{v:g}"[0] in "25" else ""
+        )
+    )
     top.set_ylabel("loss (nats per token)")
     top.legend(fontsize="small")
-    bottom.set(xlabel="optimizer step", ylabel="validation perplexity\n(log scale)")
+    bottom.set(
+        xlabel="optimizer step", ylabel="validation perplexity\n(log scale)"
+    )
     for ax in (top, bottom):
         ax.grid(alpha=0.3, which="both")
     if title:
@@ -93,7 +128,12 @@ ATTENTION_KINDS = {
 }
 
 
-def attention_maps_frame(maps: dict, batch_index: int = 0, decimals: int = 3, drop_masked: bool = True):
+def attention_maps_frame(
+    maps: dict,
+    batch_index: int = 0,
+    decimals: int = 3,
+    drop_masked: bool = True,
+):
     """The weights of ``Transformer.attention_maps()`` for one sentence as a long table, one row per cell.
 
     Args:
@@ -111,28 +151,43 @@ def attention_maps_frame(maps: dict, batch_index: int = 0, decimals: int = 3, dr
 
     unknown = sorted(set(maps) - set(ATTENTION_KINDS))
     if unknown:
-        raise ValueError(f"maps: unknown kinds {unknown}; expected some of {list(ATTENTION_KINDS)}")
+        raise ValueError(
+            f"maps: unknown kinds {unknown}; expected some of {list(ATTENTION_KINDS)}"
+        )
     frames = []
     for kind, layers in maps.items():
         for n, weights in enumerate(layers, start=1):
             if weights.dim() != 4:
-                raise ValueError(f"{kind} layer {n}: expected (B, h, L_q, L_k) weights, got {tuple(weights.shape)}")
+                raise ValueError(
+                    f"{kind} layer {n}: expected (B, h, L_q, L_k) weights, got {tuple(weights.shape)}"
+                )
             w = weights[batch_index].detach().float().cpu()  # (h, L_q, L_k)
             h, L_q, L_k = w.shape
             cells = [range(1, h + 1), range(L_q), range(L_k)]
-            index = pd.MultiIndex.from_product(cells, names=["head", "query", "key"])
+            index = pd.MultiIndex.from_product(
+                cells, names=["head", "query", "key"]
+            )
             flat = w.reshape(-1).numpy()
-            part = pd.DataFrame({"weight": flat.round(decimals)}, index=index).reset_index()
+            part = pd.DataFrame(
+                {"weight": flat.round(decimals)}, index=index
+            ).reset_index()
             if drop_masked:
                 part = part[flat != 0.0]
             frames.append(part.assign(kind=kind, layer=n))
     if not frames:
         raise ValueError("maps: no attention weights given")
-    return pd.concat(frames, ignore_index=True)[["kind", "layer", "head", "query", "key", "weight"]]
+    return pd.concat(frames, ignore_index=True)[
+        ["kind", "layer", "head", "query", "key", "weight"]
+    ]
 
 
 def attention_maps_chart(
-    frame, src_tokens, tgt_tokens, cell: int = 13, max_rows: int = 5000, title: str = ""
+    frame,
+    src_tokens,
+    tgt_tokens,
+    cell: int = 13,
+    max_rows: int = 5000,
+    title: str = "",
 ) -> alt.HConcatChart:
     """Heat maps of the three kinds of attention of one sentence, with sliders for the layer and the head.
 
@@ -153,17 +208,32 @@ def attention_maps_chart(
     Returns:
         An Altair ``HConcatChart`` that owns the ``layer`` and ``head`` params.
     """
-    src_tokens, tgt_tokens = [str(t) for t in src_tokens], [str(t) for t in tgt_tokens]
+    src_tokens, tgt_tokens = (
+        [str(t) for t in src_tokens],
+        [str(t) for t in tgt_tokens],
+    )
     tokens = {"encoder": (src_tokens, src_tokens), "decoder_self": (tgt_tokens, tgt_tokens),
               "cross": (tgt_tokens, src_tokens)}  # fmt: skip
     kinds = [k for k in ATTENTION_KINDS if k in set(frame["kind"])]
     if not kinds:
-        raise ValueError(f"frame: no rows of the kinds {list(ATTENTION_KINDS)}")
+        raise ValueError(
+            f"frame: no rows of the kinds {list(ATTENTION_KINDS)}"
+        )
     N, h = int(frame["layer"].max()), int(frame["head"].max())
-    layer = alt.param(name="layer", value=N, bind=alt.binding_range(min=1, max=N, step=1, name="layer "))
-    head = alt.param(name="head", value=1, bind=alt.binding_range(min=1, max=h, step=1, name="head "))
+    layer = alt.param(
+        name="layer",
+        value=N,
+        bind=alt.binding_range(min=1, max=N, step=1, name="layer "),
+    )
+    head = alt.param(
+        name="head",
+        value=1,
+        bind=alt.binding_range(min=1, max=h, step=1, name="head "),
+    )
     scale = alt.Scale(type="sqrt", domain=[0, 1], scheme="blues")
-    legend = alt.Legend(orient="bottom", direction="horizontal", gradientLength=160)
+    legend = alt.Legend(
+        orient="bottom", direction="horizontal", gradientLength=160
+    )
     panels = []
     for kind in kinds:
         rows = frame[frame["kind"] == kind].drop(columns="kind")
@@ -185,32 +255,62 @@ def attention_maps_chart(
         panels.append(
             alt.Chart(rows)
             .transform_filter("datum.layer == layer && datum.head == head")
-            .transform_calculate(query_token=f"{q_json}[datum.query]", key_token=f"{k_json}[datum.key]")
+            .transform_calculate(
+                query_token=f"{q_json}[datum.query]",
+                key_token=f"{k_json}[datum.key]",
+            )
             .mark_rect()
             .encode(
                 x=alt.X("key:O", title="key (attended to)", axis=x_axis),
                 y=alt.Y("query:O", title=None, axis=y_axis),
-                color=alt.Color("weight:Q", title="weight (√ scale)", scale=scale, legend=legend),
+                color=alt.Color(
+                    "weight:Q",
+                    title="weight (√ scale)",
+                    scale=scale,
+                    legend=legend,
+                ),
                 tooltip=[
                     alt.Tooltip("query_token:N", title="query"),
                     alt.Tooltip("key_token:N", title="key"),
                     alt.Tooltip("weight:Q", title="weight", format=".3f"),
                 ],
             )
-            .properties(title=ATTENTION_KINDS[kind], width=cell * len(keys), height=cell * len(queries))
+            .properties(
+                title=ATTENTION_KINDS[kind],
+                width=cell * len(keys),
+                height=cell * len(queries),
+            )
         )
-    chart = alt.hconcat(*panels).add_params(layer, head).resolve_scale(color="shared")
+    chart = (
+        alt.hconcat(*panels)
+        .add_params(layer, head)
+        .resolve_scale(color="shared")
+    )
     return chart.properties(title=title) if title else chart
 
 
 # The published full run: book/results/<name>.json and <name>.<split>.hyp.en, written on a GPU machine by
 # write_published_results from a run folder of aiayn.recipes (config.json, summary.json, results.json).
 
-PUBLISHED_KEYS = ("name", "measured_at", "device_name", "torch", "config", "train", "split", "test", "hypotheses")
+PUBLISHED_KEYS = (
+    "name",
+    "measured_at",
+    "device_name",
+    "torch",
+    "config",
+    "train",
+    "split",
+    "test",
+    "hypotheses",
+)
 
 
 def write_published_results(
-    run_dir, results_dir, name: str | None = None, split: str = "test2016", measured_at: str | None = None
+    run_dir,
+    results_dir,
+    name: str | None = None,
+    split: str = "test2016",
+    measured_at: str | None = None,
 ):
     """Copy a trained and evaluated run's numbers and translations into the book's results folder.
 
@@ -233,7 +333,12 @@ def write_published_results(
     from pathlib import Path
 
     run, out = Path(run_dir), Path(results_dir)
-    needed = ["config.json", "summary.json", "results.json", f"{split}.hyp.en"]
+    needed = [
+        "config.json",
+        "summary.json",
+        "results.json",
+        f"{split}.hyp.en",
+    ]
     missing = [f for f in needed if not (run / f).is_file()]
     if missing:
         raise FileNotFoundError(
@@ -241,13 +346,24 @@ def write_published_results(
             f"(python -m aiayn.evaluate {run} --split {split}) first"
         )
     config = json.loads((run / "config.json").read_text())
-    summary = {k: v for k, v in json.loads((run / "summary.json").read_text()).items() if k != "out_dir"}
+    summary = {
+        k: v
+        for k, v in json.loads((run / "summary.json").read_text()).items()
+        if k != "out_dir"
+    }
     results = json.loads((run / "results.json").read_text())
     if split not in results:
-        raise ValueError(f"{run / 'results.json'} has no scores for {split!r} (it has {sorted(results)})")
+        raise ValueError(
+            f"{run / 'results.json'} has no scores for {split!r} (it has {sorted(results)})"
+        )
     name = name or config["name"]
     hyp_name = f"{name}.{split}.hyp.en"
-    when = measured_at or datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    when = (
+        measured_at
+        or datetime.datetime.now(datetime.timezone.utc)
+        .replace(microsecond=0)
+        .isoformat()
+    )
     record = {
         "name": name,
         "measured_at": when,
@@ -283,7 +399,9 @@ def load_published_results(path) -> dict | None:
     record = json.loads(path.read_text())
     missing = [k for k in PUBLISHED_KEYS if k not in record]
     if missing:
-        raise ValueError(f"{path} lacks {missing}: write it with aiayn.viz.write_published_results")
+        raise ValueError(
+            f"{path} lacks {missing}: write it with aiayn.viz.write_published_results"
+        )
     return record
 
 
@@ -321,7 +439,10 @@ def published_results_frame(record: dict):
         f"{record['split']}: sacreBLEU": num(s.get("sacrebleu"), ".2f"),
         "sacreBLEU signature": s.get("signature") or "n/a",
     }  # fmt: skip
-    return pd.DataFrame({"value": list(rows.values())}, index=pd.Index(list(rows), name="quantity"))
+    return pd.DataFrame(
+        {"value": list(rows.values())},
+        index=pd.Index(list(rows), name="quantity"),
+    )
 
 
 def rescore_hypotheses(hypotheses_path, references) -> dict:
@@ -343,7 +464,9 @@ def rescore_hypotheses(hypotheses_path, references) -> dict:
         lines.pop()  # the file's final newline
     references = list(references)
     if len(lines) != len(references):
-        raise ValueError(f"{hypotheses_path} has {len(lines)} lines but {len(references)} references were given")
+        raise ValueError(
+            f"{hypotheses_path} has {len(lines)} lines but {len(references)} references were given"
+        )
     ours = corpus_bleu(lines, references)
     try:
         from sacrebleu.metrics import BLEU
@@ -351,7 +474,10 @@ def rescore_hypotheses(hypotheses_path, references) -> dict:
         sacre, signature = None, None
     else:
         bleu = BLEU()
-        sacre, signature = bleu.corpus_score(lines, [references]).score, str(bleu.get_signature())
+        sacre, signature = (
+            bleu.corpus_score(lines, [references]).score,
+            str(bleu.get_signature()),
+        )
     return {"sentences": len(lines), "bleu": ours.score, "bleu_detail": str(ours), "sacrebleu": sacre,
             "signature": signature}  # fmt: skip
 
