@@ -1,4 +1,4 @@
-"""Re-run chapters top to bottom in place, keeping widget state so ipywidgets render on the website.
+"""Re-run chapters top to bottom in place, storing their outputs (the website shows them, nbval proves them).
 
 Usage: python tools/execute.py book/01_why_attention.ipynb [...]
 Prints the wall time of each chapter.
@@ -21,8 +21,9 @@ def execute(path: Path) -> float:
         timeout=900,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
-        store_widget_state=True,
+        store_widget_state=False,  # widgets need a live kernel: the website hides them
     )
+    nb.metadata.pop("widgets", None)  # no stored widget state: the website shows no dead controls
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start

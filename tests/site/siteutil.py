@@ -288,6 +288,25 @@ window.__aiayn = (() => {
     return {state: !!state, views: views.length, rendered: rendered.length,
             widgets: document.querySelectorAll('.jupyter-widgets').length, error: err ? err[0] : null};
   }
+  function wideCode() {
+    // code boxes (cell sources, printed outputs, listings) whose text is wider than the box: they scroll sideways
+    const art = document.querySelector('article.bd-article') || document.body;
+    return Array.from(art.querySelectorAll('pre')).filter(p => p.offsetParent !== null)
+      .filter(p => p.scrollWidth > p.clientWidth + 1)
+      .map(p => {
+        const widest = (p.textContent || '').split('\n').reduce((a, b) => (b.length > a.length ? b : a), '');
+        return {overflowPx: p.scrollWidth - p.clientWidth, line: widest.slice(0, 90), chars: widest.length};
+      });
+  }
+  function controls() {
+    // every form control in the article, and whether it belongs to a chart that redraws in the browser
+    const art = document.querySelector('article.bd-article') || document.body;
+    return Array.from(art.querySelectorAll('input, select, textarea, .jupyter-widgets'))
+      .filter(el => el.offsetParent !== null || el.classList.contains('jupyter-widgets'))
+      .map(el => ({tag: el.tagName.toLowerCase(), type: el.type || '',
+                   chart: !!el.closest('.aiayn-chart .vega-bindings'), widget: !!el.closest('.jupyter-widgets'),
+                   name: el.name || el.className || ''}));
+  }
   async function settled() {
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
       try { await MathJax.startup.promise; } catch (e) {}
@@ -363,7 +382,7 @@ window.__aiayn = (() => {
     return result;
   }
   return {marks, markKinds, signature, waitChange, rects, lines, legend, axisTicks, bindings, setSlider, chartsState,
-          widgetsState, settled, images, math, overflow};
+          widgetsState, settled, images, math, overflow, wideCode, controls};
 })();
 """
 
@@ -401,6 +420,8 @@ class PageReport:
     charts: dict = field(default_factory=dict)
     widgets: dict = field(default_factory=dict)
     overflow: dict = field(default_factory=dict)
+    wide_code: list[dict] = field(default_factory=list)
+    controls: list[dict] = field(default_factory=list)
     screenshot_bytes: int = 0
 
 
@@ -482,6 +503,8 @@ def inspect_page(context, base: str, path: str, shot: Path | None = None) -> Pag
         report.charts = page.evaluate("() => window.__aiayn.chartsState()")
         report.widgets = page.evaluate("() => window.__aiayn.widgetsState()")
         report.overflow = page.evaluate("() => window.__aiayn.overflow()")
+        report.wide_code = page.evaluate("() => window.__aiayn.wideCode()")
+        report.controls = page.evaluate("() => window.__aiayn.controls()")
         if shot is not None:
             report.screenshot_bytes = screenshot(page, shot)
     finally:

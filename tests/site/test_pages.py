@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
 import siteutil as su
-
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-
-
-def widget_pages() -> list[str]:
-    """The pages whose HTML carries ipywidgets state (read from the built site at collection time)."""
-    out = []
-    for doc in su.toc_docnames():
-        html = su.SITE / su.html_path(doc)
-        if html.is_file() and WIDGET_STATE in html.read_text(encoding="utf-8"):
-            out.append(doc)
-    return out
 
 
 def test_index_redirects_to_the_first_page(browser, base_url):
@@ -74,11 +61,17 @@ def test_math_is_typeset(docname, page_reports):
     assert not math["errors"], f"{docname}: MathJax errors: {math['errors'][:5]}"
 
 
-@pytest.mark.parametrize("docname", widget_pages(), ids=su.page_id)
-def test_widgets_render_from_their_stored_state(docname, page_reports):
-    widgets = page_reports(docname).widgets
-    assert widgets["error"] is None, f"{docname}: {widgets['error']}"
-    assert widgets["widgets"] > 0, f"{docname} stores widget state but shows no widget: {widgets}"
-    assert widgets["rendered"] == widgets["views"], (
-        f"{docname}: {widgets['views'] - widgets['rendered']} of {widgets['views']} widget outputs not drawn"
+def test_code_fits_its_box(docname, page_reports):
+    """No code block or printed output scrolls sideways at 1280 px, in the theme's own font and white-space."""
+    wide = page_reports(docname).wide_code
+    assert not wide, f"{docname}: {len(wide)} code boxes are cut off at the right:\n" + "\n".join(
+        f"  {w['chars']} chars, {w['overflowPx']} px too wide: {w['line']}" for w in wide[:10]
     )
+
+
+def test_no_control_on_the_static_page_is_dead(docname, page_reports):
+    """Every slider, menu or field on the page redraws something in the browser: ipywidgets need a kernel."""
+    report = page_reports(docname)
+    dead = [c for c in report.controls if c["widget"] or not c["chart"]]
+    assert report.widgets["views"] == 0, f"{docname} embeds {report.widgets['views']} ipywidgets views"
+    assert not dead, f"{docname}: controls that nothing in the browser answers: {dead[:10]}"
