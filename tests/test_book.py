@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import importlib
 import json
 import re
 import sys
@@ -275,3 +276,26 @@ def test_the_book_speaks_for_itself(path):
         f"{path.name} points readers at the notes it was planned from:\n"
         + "\n".join(hits)
     )
+
+
+def test_the_paper_map_names_code_that_exists():
+    text = (ROOT / "book" / "paper_map.md").read_text()
+    names = sorted(set(re.findall(r"`(aiayn(?:\.\w+)+)`", text)))
+    assert len(names) > 20, "the map should name the package code of every section"
+    missing = []
+    for name in names:
+        parts = name.split(".")
+        for cut in range(len(parts), 1, -1):  # the longest importable module, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert not missing, f"book/paper_map.md names code that does not exist: {missing}"
