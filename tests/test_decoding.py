@@ -71,11 +71,23 @@ class FixedLogits(nn.Module):
     def encode(self, src, src_mask):
         return torch.zeros(src.size(0), src.size(1), 1)
 
-    def decode(self, memory, src_mask, tgt, tgt_mask):
+    def decode(self, memory, src_mask, tgt, tgt_mask=None, cache=None):
+        if cache is not None:
+            cache.extend(range(tgt.size(1)))  # the positions it now holds
         return torch.zeros(tgt.size(0), tgt.size(1), 1)
+
+    def new_cache(self):
+        return PositionCount()
 
     def generator(self, x):
         return self.logits.expand(x.size(0), -1)
+
+
+class PositionCount(list):
+    """Stands in for a DecoderCache: its length is the number of positions decoded."""
+
+    def reorder(self, index):
+        pass
 
 
 # --- greedy --------------------------------------------------------------------------------------

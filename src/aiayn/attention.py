@@ -12,11 +12,21 @@ masked row are then set to zero, so that row's output is a zero vector and its g
 The fused path (``torch.nn.functional.scaled_dot_product_attention``) is made to agree: fully
 masked rows are un-masked before the kernel runs (so it cannot produce NaN) and their outputs are
 zeroed afterwards.
+
+The fast path, off by default (``aiayn.model.set_fast`` turns it on), computes the same numbers
+with fewer operations: one matrix product for the three projections of self-attention (two for
+the keys and values of cross-attention), built from the unchanged ``w_q``/``w_k``/``w_v``
+parameters, and masks prepared once per stack (``prepare_mask``) instead of once per layer.
+
+Decoding one token at a time, ``KVCache`` keeps each layer's keys and values, so a step projects
+only the new position (self-attention) or nothing at all (cross-attention: the source's keys and
+values are computed at the first step).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +34,14 @@ from torch import nn
 
 from .checks import check_positive
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "set_fused"]
+__all__ = [
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "set_fused",
+    "PreparedMask",
+    "prepare_mask",
+    "KVCache",
+]
 
 
 def _check_bool_mask(mask: torch.Tensor, name: str = "mask") -> None:
@@ -49,6 +66,14 @@ def _fully_masked_rows(
     Returns:
         ``(..., L_q or 1, 1)`` boolean, ``True`` for a query that may attend to nothing.
     """
+    _check_mask_shape(mask, scores_shape)
+    return ~mask.any(dim=-1, keepdim=True)  # (..., L_q or 1, 1)
+
+
+def _check_mask_shape(
+    mask: torch.Tensor, scores_shape: tuple[int, ...]
+) -> None:
+    """Raise unless the boolean ``mask`` broadcasts to ``scores_shape``."""
     _check_bool_mask(mask)
     try:
         ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(
@@ -60,7 +85,56 @@ def _fully_masked_rows(
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} cannot broadcast to scores {tuple(scores_shape)}"
         )
-    return ~mask.any(dim=-1, keepdim=True)  # (..., L_q or 1, 1)
+
+
+def _with_heads_axis(mask: torch.Tensor) -> torch.Tensor:
+    """Give a 2-D ``(L_q, L_k)`` or 3-D ``(B, L_q, L_k)`` mask a heads axis; 4-D masks pass through."""
+    _check_bool_mask(mask)
+    if mask.dim() == 2:
+        return mask[None, None]  # (1, 1, L_q, L_k)
+    if mask.dim() == 3:
+        return mask[:, None]  # (B, 1, L_q, L_k)
+    if mask.dim() == 4:
+        return mask  # (B, 1 or h, L_q, L_k)
+    raise ValueError(
+        f"mask must have 2, 3 or 4 dimensions, got shape {tuple(mask.shape)}"
+    )
+
+
+class PreparedMask(NamedTuple):
+    """A mask with what the fused kernel needs, computed once for all the layers that share it.
+
+    Args:
+        mask: the boolean mask as given, ``True`` = may attend (used by the explicit path).
+        allowed: ``mask`` with fully masked rows un-masked, safe to hand to the fused kernel.
+        empty: ``(..., L_q or 1, 1)``, ``True`` for a query that may attend to nothing, whose
+            output is then zeroed; ``None`` when it was checked that there is no such query.
+    """
+
+    mask: torch.Tensor
+    allowed: torch.Tensor
+    empty: torch.Tensor | None
+
+
+def prepare_mask(mask: torch.Tensor) -> PreparedMask:
+    """Find the fully masked rows of ``mask`` once, for every layer that uses it.
+
+    On the CPU the check costs one number read back, so a mask without such rows is proven safe
+    and the repair is skipped altogether (``empty=None``). On an accelerator that read would
+    stall the pipeline, so the repair is kept: un-masked once here, zeroed in each layer.
+
+    Args:
+        mask: boolean, ``True`` = may attend: ``(L_q, L_k)``, ``(B, L_q, L_k)`` or 4-D such as
+            ``(B, 1, 1, S)`` (padding) and ``(B, 1, T, T)`` (decoder).
+    """
+    mask = _with_heads_axis(mask)  # (B or 1, 1 or h, L_q, L_k)
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B or 1, 1 or h, L_q or 1, 1)
+    checkable = (
+        mask.device.type == "cpu" and not torch.compiler.is_compiling()
+    )
+    if checkable and not bool(empty.any()):
+        return PreparedMask(mask, mask, None)
+    return PreparedMask(mask, mask | empty, empty)
 
 
 def scaled_dot_product_attention(
@@ -122,7 +196,7 @@ def _fused_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor | PreparedMask | None,
     dropout_p: float,
     temperature: float,
 ) -> torch.Tensor:
@@ -137,6 +211,21 @@ def _fused_attention(
         query.size(-2),
         key.size(-2),
     )
+    if isinstance(
+        mask, PreparedMask
+    ):  # rows already repaired, once for all layers
+        _check_mask_shape(mask.mask, scores_shape)
+        output = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=mask.allowed,
+            dropout_p=dropout_p,
+            scale=scale,
+        )  # (..., L_q, d_v)
+        if mask.empty is None:
+            return output
+        return output.masked_fill(mask.empty, 0.0)
     empty = _fully_masked_rows(mask, scores_shape)  # (..., L_q or 1, 1)
     output = F.scaled_dot_product_attention(
         query,
@@ -147,6 +236,49 @@ def _fused_attention(
         scale=scale,
     )  # (..., L_q, d_v)
     return output.masked_fill(empty, 0.0)
+
+
+class KVCache:
+    """The keys and values one attention layer has computed so far, for decoding step by step.
+
+    Self-attention (``static=False``): every call appends the keys and values of the new
+    positions, and the new queries attend to all positions so far. Cross-attention
+    (``static=True``): the keys and values of the encoder output are computed at the first call
+    and reused at every later one.
+
+    Args:
+        static: ``True`` for cross-attention.
+    """
+
+    def __init__(self, static: bool = False):
+        self.static = static
+        self.k: torch.Tensor | None = None  # (B, h, L, d_k)
+        self.v: torch.Tensor | None = None  # (B, h, L, d_v)
+
+    def __len__(self) -> int:
+        """Number of positions held."""
+        return 0 if self.k is None else self.k.size(2)
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append (or, when static, store) ``(B, h, n, d_k)`` keys and values; return all held."""
+        if self.k is None or self.static:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)  # (B, h, L + n, d_k)
+            self.v = torch.cat([self.v, v], dim=2)  # (B, h, L + n, d_v)
+        return self.k, self.v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` ``(B',)`` of the batch, in that order (beam search).
+
+        A static cache does not move: beam search only reorders the beams of one sentence, which
+        share one source, so their cross-attention rows are equal.
+        """
+        if not self.static and self.k is not None:
+            self.k = self.k.index_select(0, index)  # (B', h, L, d_k)
+            self.v = self.v.index_select(0, index)  # (B', h, L, d_v)
 
 
 class MultiHeadAttention(nn.Module):
@@ -162,6 +294,8 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights, as in the reference code (not the paper's P_drop).
         bias: whether the four projections have biases.
         fused: use ``torch.nn.functional.scaled_dot_product_attention`` (faster, no weights kept).
+        packed: one matrix product for the projections that share an input (q, k and v in
+            self-attention; k and v in cross-attention), from the same parameters.
         temperature: divides the scaled scores; 1.0 is the paper. A teaching knob, not in the paper.
         d_k: query/key width per head; default ``d_model // h`` as in the paper (Table 3 row B changes it).
         d_v: value width per head; default ``d_model // h``.
@@ -177,6 +311,7 @@ class MultiHeadAttention(nn.Module):
         temperature: float = 1.0,
         d_k: int | None = None,
         d_v: int | None = None,
+        packed: bool = False,
     ):
         super().__init__()
         check_positive(d_model=d_model, h=h)
@@ -194,8 +329,10 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(h * self.d_v, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.use_fused = fused
+        self.packed = packed
         self.temperature = temperature
         self.attn: torch.Tensor | None = None
+        self._packed_cache: dict[tuple[str, ...], tuple] = {}
 
     def _check_inputs(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
@@ -217,23 +354,15 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _mask_for_heads(mask: torch.Tensor) -> torch.Tensor:
         """Give a 2-D ``(L_q, L_k)`` or 3-D ``(B, L_q, L_k)`` mask a heads axis; 4-D masks pass through."""
-        _check_bool_mask(mask)
-        if mask.dim() == 2:
-            return mask[None, None]  # (1, 1, L_q, L_k)
-        if mask.dim() == 3:
-            return mask[:, None]  # (B, 1, L_q, L_k)
-        if mask.dim() == 4:
-            return mask  # (B, 1 or h, L_q, L_k)
-        raise ValueError(
-            f"mask must have 2, 3 or 4 dimensions, got shape {tuple(mask.shape)}"
-        )
+        return _with_heads_axis(mask)
 
     def forward(
         self,
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | PreparedMask | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -242,24 +371,22 @@ class MultiHeadAttention(nn.Module):
             key: ``(B, L_k, d_model)``.
             value: ``(B, L_k, d_model)``.
             mask: optional boolean, ``True`` = may attend: ``(L_q, L_k)``, ``(B, L_q, L_k)`` or
-                4-D such as ``(B, 1, 1, L_k)`` (padding) and ``(B, 1, L_q, L_k)`` (decoder).
+                4-D such as ``(B, 1, 1, L_k)`` (padding) and ``(B, 1, L_q, L_k)`` (decoder);
+                or a ``PreparedMask``. With a self-attention ``cache`` the keys are all
+                positions so far: ``(B, 1, L_q, len(cache) + L_k)``.
+            cache: keys and values of earlier decoding steps (see ``KVCache``).
 
         Returns:
             ``(B, L_q, d_model)``.
         """
         self._check_inputs(query, key, value)
-        if mask is not None:
+        if mask is not None and not isinstance(mask, PreparedMask):
             mask = self._mask_for_heads(mask)
-        B, L_q, L_k = query.size(0), query.size(1), key.size(1)
-        q = (
-            self.w_q(query).view(B, L_q, self.h, self.d_k).transpose(1, 2)
-        )  # (B, h, L_q, d_k)
-        k = (
-            self.w_k(key).view(B, L_k, self.h, self.d_k).transpose(1, 2)
-        )  # (B, h, L_k, d_k)
-        v = (
-            self.w_v(value).view(B, L_k, self.h, self.d_v).transpose(1, 2)
-        )  # (B, h, L_k, d_v)
+        B, L_q = query.size(0), query.size(1)
+        if self.packed or cache is not None:
+            q, k, v = self._fast_projections(query, key, value, cache)
+        else:
+            q, k, v = self._projections(query, key, value)
         if self.use_fused:
             dropout_p = self.dropout.p if self.training else 0.0
             heads = _fused_attention(
@@ -267,6 +394,8 @@ class MultiHeadAttention(nn.Module):
             )  # (B, h, L_q, d_v)
             self.attn = None
         else:
+            if isinstance(mask, PreparedMask):
+                mask = mask.mask
             heads, weights = scaled_dot_product_attention(
                 q, k, v, mask, self.dropout, self.temperature
             )
@@ -278,8 +407,103 @@ class MultiHeadAttention(nn.Module):
         )  # (B, L_q, h * d_v)
         return self.w_o(concat)  # (B, L_q, d_model)
 
+    def _projections(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project and split into heads: q ``(B, h, L_q, d_k)``, k ``(B, h, L_k, d_k)``, v ``(B, h, L_k, d_v)``."""
+        B, L_q, L_k = query.size(0), query.size(1), key.size(1)
+        q = (
+            self.w_q(query).view(B, L_q, self.h, self.d_k).transpose(1, 2)
+        )  # (B, h, L_q, d_k)
+        k = (
+            self.w_k(key).view(B, L_k, self.h, self.d_k).transpose(1, 2)
+        )  # (B, h, L_k, d_k)
+        v = (
+            self.w_v(value).view(B, L_k, self.h, self.d_v).transpose(1, 2)
+        )  # (B, h, L_k, d_v)
+        return q, k, v
+
+    def _fast_projections(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        cache: KVCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``_projections`` with packed products (when ``packed``) and the decoding cache."""
+        B, L_q, L_k = query.size(0), query.size(1), key.size(1)
+        if cache is not None and cache.static and cache.k is not None:
+            q = self.w_q(query)  # (B, L_q, h * d_k); k and v are the cache's
+            q = q.view(B, L_q, self.h, self.d_k).transpose(1, 2)
+            return (
+                q,
+                cache.k,
+                cache.v,
+            )  # (B, h, L_q, d_k), (B, h, S, d_k/d_v)
+        if self.packed and query is key and key is value:
+            q, k, v = self._packed_linear(("w_q", "w_k", "w_v"), query)
+        elif self.packed and key is value:
+            q = self.w_q(query)
+            k, v = self._packed_linear(("w_k", "w_v"), key)
+        else:
+            q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        q = q.view(B, L_q, self.h, self.d_k).transpose(
+            1, 2
+        )  # (B, h, L_q, d_k)
+        k = k.view(B, L_k, self.h, self.d_k).transpose(
+            1, 2
+        )  # (B, h, L_k, d_k)
+        v = v.view(B, L_k, self.h, self.d_v).transpose(
+            1, 2
+        )  # (B, h, L_k, d_v)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, h, len(cache), d_k/d_v)
+        return q, k, v
+
+    def _packed_linear(
+        self, names: tuple[str, ...], x: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """Apply the projections ``names`` to ``x`` as one product; one ``(B, L, width)`` per name."""
+        linears = [getattr(self, name) for name in names]
+        weight, bias = self._packed_parameters(names)
+        out = F.linear(x, weight, bias)  # (B, L, sum of widths)
+        return out.split([lin.out_features for lin in linears], dim=-1)
+
+    def _packed_parameters(
+        self, names: tuple[str, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weights (and biases) of ``names`` stacked along the output axis.
+
+        Under autograd the stacking is part of the graph and is redone at every forward. Without
+        it (decoding) the stacked copy is kept and reused while the parameters are unchanged:
+        same storage, same version counter (every in-place update, as by an optimizer or
+        ``load_state_dict``, bumps it). The cache holds the parameters' storages, so neither
+        address can be reused by another tensor while an entry refers to it.
+        """
+        linears = [getattr(self, name) for name in names]
+        weights = [lin.weight for lin in linears]
+        biases = [lin.bias for lin in linears if lin.bias is not None]
+        tensors = weights + biases
+        traced = torch.is_grad_enabled() and any(
+            t.requires_grad for t in tensors
+        )
+        if traced or torch.compiler.is_compiling():
+            return torch.cat(weights), torch.cat(biases) if biases else None
+        stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+        entry = self._packed_cache.get(names)
+        if entry is None or entry[0] != stamp:
+            weight = torch.cat(weights)  # (sum of widths, d_model)
+            bias = torch.cat(biases) if biases else None  # (sum of widths,)
+            held = [t.detach() for t in tensors]
+            entry = (stamp, held, weight, bias)
+            self._packed_cache[names] = entry
+        return entry[2], entry[3]
+
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}, d_v={self.d_v}, fused={self.use_fused}"
+        return (
+            f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}, "
+            f"d_v={self.d_v}, fused={self.use_fused}, packed={self.packed}"
+        )
 
 
 class set_fused:  # lower case like torch.set_grad_enabled, which it imitates

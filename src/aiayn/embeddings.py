@@ -120,17 +120,21 @@ class PositionalEncoding(nn.Module):
             "pe", sinusoidal_encoding(max_len, d_model), persistent=False
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """``(B, L, d_model)`` -> ``(B, L, d_model)``, for positions ``start .. start + L - 1``.
+
+        ``start`` > 0 continues a sequence, when decoding step by step with a cache.
+        """
         if x.dim() != 3 or x.size(-1) != self.pe.size(1):
             raise ValueError(
                 f"expected input of shape (B, L, {self.pe.size(1)}), got {tuple(x.shape)}"
             )
-        if x.size(1) > self.max_len:
+        end = start + x.size(1)
+        if end > self.max_len:
             raise ValueError(
-                f"sequence of length {x.size(1)} is longer than max_len={self.max_len} of the positional encoding"
+                f"sequence of length {end} is longer than max_len={self.max_len} of the positional encoding"
             )
-        return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
+        return self.dropout(x + self.pe[start:end].to(x.dtype))
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -147,15 +151,19 @@ class LearnedPositionalEmbedding(nn.Module):
         self.max_len = max_len
         self.table = nn.Embedding(max_len, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Add position vectors to ``(B, L, d_model)`` embeddings."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Add the vectors of positions ``start .. start + L - 1`` to ``(B, L, d_model)`` embeddings.
+
+        ``start`` > 0 continues a sequence, when decoding step by step with a cache.
+        """
         if x.dim() != 3 or x.size(-1) != self.table.embedding_dim:
             raise ValueError(
                 f"expected input of shape (B, L, {self.table.embedding_dim}), got {tuple(x.shape)}"
             )
-        if x.size(1) > self.max_len:
+        end = start + x.size(1)
+        if end > self.max_len:
             raise ValueError(
-                f"sequence of length {x.size(1)} is longer than max_len={self.max_len} of the learned table"
+                f"sequence of length {end} is longer than max_len={self.max_len} of the learned table"
             )
-        positions = torch.arange(x.size(1), device=x.device)
+        positions = torch.arange(start, end, device=x.device)
         return x + self.table(positions)

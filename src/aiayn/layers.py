@@ -12,6 +12,11 @@ so ``Encoder`` and ``Decoder`` end with one LayerNorm. In post-norm mode every l
 with a LayerNorm, so a final one is left out (``self.norm`` is ``nn.Identity``). Beware when
 comparing with ``nn.Transformer``: it adds a final norm to both stacks even when ``norm_first=False``.
 ``nn.TransformerEncoder`` and ``nn.TransformerDecoder`` add one only when given ``norm=``.
+
+The fast path. ``set_fast(model)`` switches every part to its faster twin, proven equal by the
+tests: ``F.layer_norm`` for the LayerNorm formula, the fused attention kernel, packed q/k/v
+products, and masks prepared once per stack. The parameters (and so the ``state_dict``) stay
+the same. Off by default: the chapters explain the explicit code.
 """
 
 from __future__ import annotations
@@ -19,10 +24,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention
+from .attention import (
+    KVCache,
+    MultiHeadAttention,
+    PreparedMask,
+    prepare_mask,
+)
 from .checks import check_positive
+
+Mask = torch.Tensor | PreparedMask
 
 __all__ = [
     "PositionwiseFeedForward",
@@ -32,6 +45,8 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "Decoder",
+    "DecoderCache",
+    "set_fast",
 ]
 
 
@@ -67,17 +82,23 @@ class LayerNorm(nn.Module):
     Args:
         d_model: width of the normalised axis.
         eps: added to the variance.
+        fused: compute it with ``torch.nn.functional.layer_norm`` (one kernel, same result).
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6):
+    def __init__(self, d_model: int, eps: float = 1e-6, fused: bool = False):
         super().__init__()
         check_positive(d_model=d_model)
         self.eps = eps
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_model)`` -> ``(..., d_model)``."""
+        if self.fused:
+            return F.layer_norm(
+                x, self.weight.shape, self.weight, self.bias, self.eps
+            )
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = (
             (x - mean).pow(2).mean(dim=-1, keepdim=True)
@@ -87,7 +108,7 @@ class LayerNorm(nn.Module):
         ) * self.weight + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.weight.numel()}, eps={self.eps}"
+        return f"{self.weight.numel()}, eps={self.eps}, fused={self.fused}"
 
 
 class SublayerConnection(nn.Module):
@@ -152,7 +173,7 @@ class EncoderLayer(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, src_mask: torch.Tensor | None = None
+        self, x: torch.Tensor, src_mask: Mask | None = None
     ) -> torch.Tensor:
         """Run the layer (or the stack) over the source.
 
@@ -206,8 +227,9 @@ class DecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
+        src_mask: Mask | None = None,
+        tgt_mask: Mask | None = None,
+        cache: tuple[KVCache, KVCache] | None = None,
     ) -> torch.Tensor:
         """Run one decoder layer.
 
@@ -215,14 +237,22 @@ class DecoderLayer(nn.Module):
             x: ``(B, T, d_model)`` decoder states.
             memory: ``(B, S, d_model)`` encoder output.
             src_mask: boolean ``(B, 1, 1, S)``, which source positions are real tokens.
-            tgt_mask: boolean ``(B, 1, T, T)``, padding and look-ahead combined.
+            tgt_mask: boolean ``(B, 1, T, T)``, padding and look-ahead combined; with a cache
+                holding P earlier positions, ``(B, 1, T, P + T)``.
+            cache: the self-attention and cross-attention caches, when decoding step by step.
 
         Returns:
             ``(B, T, d_model)``.
         """
-        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        self_cache, cross_cache = (None, None) if cache is None else cache
+        x = self.sublayers[0](
+            x, lambda y: self.self_attn(y, y, y, tgt_mask, self_cache)
+        )
         x = self.sublayers[1](
-            x, lambda y: self.cross_attn(y, memory, memory, src_mask)
+            x,
+            lambda y: self.cross_attn(
+                y, memory, memory, src_mask, cross_cache
+            ),
         )
         return self.sublayers[2](x, self.feed_forward)
 
@@ -254,6 +284,12 @@ class _Stack(nn.Module):
             ]
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+        self.prepare_masks = False  # the fast path's masks, see prepare_mask
+
+    def _prepared(self, mask: Mask | None) -> Mask | None:
+        if self.prepare_masks and isinstance(mask, torch.Tensor):
+            return prepare_mask(mask)
+        return mask
 
 
 class Encoder(_Stack):
@@ -270,7 +306,7 @@ class Encoder(_Stack):
     layer_type = EncoderLayer
 
     def forward(
-        self, x: torch.Tensor, src_mask: torch.Tensor | None = None
+        self, x: torch.Tensor, src_mask: Mask | None = None
     ) -> torch.Tensor:
         """Run the layer (or the stack) over the source.
 
@@ -281,6 +317,7 @@ class Encoder(_Stack):
         Returns:
             ``(B, S, d_model)``.
         """
+        src_mask = self._prepared(src_mask)
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
@@ -303,10 +340,93 @@ class Decoder(_Stack):
         self,
         x: torch.Tensor,
         memory: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
+        src_mask: Mask | None = None,
+        tgt_mask: Mask | None = None,
+        cache: DecoderCache | None = None,
     ) -> torch.Tensor:
-        """Args as in ``DecoderLayer.forward``. Returns ``(B, T, d_model)``."""
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)
+        """Args as in ``DecoderLayer.forward``; ``cache`` holds every layer's. Returns ``(B, T, d_model)``."""
+        src_mask, tgt_mask = (
+            self._prepared(src_mask),
+            self._prepared(tgt_mask),
+        )
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache.layers[i]
+            x = layer(x, memory, src_mask, tgt_mask, layer_cache)
         return self.norm(x)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for decoding step by step with this stack."""
+        return DecoderCache(len(self.layers))
+
+
+class DecoderCache:
+    """What the decoder keeps between decoding steps: every layer's keys and values.
+
+    Per layer, a self-attention ``KVCache`` that grows by the new positions at each step and a
+    cross-attention one filled at the first step. ``real`` records which positions so far are
+    tokens rather than padding (a finished sentence grows padding), for the self-attention mask.
+
+    Args:
+        n_layers: N, the number of decoder layers.
+    """
+
+    def __init__(self, n_layers: int):
+        check_positive(n_layers=n_layers)
+        self.layers = [
+            (KVCache(), KVCache(static=True)) for _ in range(n_layers)
+        ]
+        self.real: torch.Tensor | None = None  # (B, P), True = a token
+
+    def __len__(self) -> int:
+        """P, the number of positions decoded so far."""
+        return 0 if self.real is None else self.real.size(1)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` of the batch, in that order: the beams that survive a step.
+
+        Only rows of the same sentence may be exchanged (see ``KVCache.reorder``).
+        """
+        for self_cache, cross_cache in self.layers:
+            self_cache.reorder(index)
+            cross_cache.reorder(index)
+        if self.real is not None:
+            self.real = self.real.index_select(0, index)  # (B', P)
+
+
+class set_fast:  # lower case like torch.set_grad_enabled and aiayn.attention.set_fused
+    """Switch every fast path in ``model`` on (or off): proven equal, faster, same parameters.
+
+    Fused attention kernel, packed q/k/v products, ``F.layer_norm`` and masks prepared once per
+    stack. Takes effect at once; used as a context manager, it restores the previous settings::
+
+        set_fast(model)                 # from now on
+        with set_fast(model, False):    # the explicit code, e.g. to collect attention maps
+            model(src, tgt)
+
+    Args:
+        model: any module; its ``MultiHeadAttention``, ``LayerNorm`` and stacks are switched.
+        enabled: ``True`` for the fast path, ``False`` for the explicit one the chapters explain.
+    """
+
+    def __init__(self, model: nn.Module, enabled: bool = True):
+        switches = {
+            MultiHeadAttention: ("use_fused", "packed"),
+            LayerNorm: ("fused",),
+            _Stack: ("prepare_masks",),
+        }
+        self.previous = [
+            (m, name, getattr(m, name))
+            for m in model.modules()
+            for kind, names in switches.items()
+            if isinstance(m, kind)
+            for name in names
+        ]
+        for m, name, _ in self.previous:
+            setattr(m, name, bool(enabled))
+
+    def __enter__(self) -> set_fast:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for m, name, was in reversed(self.previous):
+            setattr(m, name, was)

@@ -23,8 +23,8 @@ from .embeddings import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
 )
-from .layers import Decoder, Encoder
-from .masks import decoder_mask, padding_mask
+from .layers import Decoder, DecoderCache, Encoder, set_fast
+from .masks import decoder_mask, padding_mask, subsequent_mask
 
 __all__ = [
     "TransformerConfig",
@@ -33,6 +33,8 @@ __all__ = [
     "TABLE3_PAPER_PARAMS",
     "Transformer",
     "count_parameters",
+    "set_fast",
+    "DecoderCache",
 ]
 
 # Table 3 of the paper as overrides of the base model. Every architectural row can be built:
@@ -323,6 +325,7 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor | None,
         tgt: torch.Tensor,
         tgt_mask: torch.Tensor | None = None,
+        cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """Run the decoder over the (shifted-right) target, attending to the encoder output.
 
@@ -331,6 +334,9 @@ class Transformer(nn.Module):
             src_mask: boolean ``(B, 1, 1, S)``; ``None`` lets every source position be attended.
             tgt: ``(B, T)`` decoder input ids.
             tgt_mask: boolean ``(B, 1, T, T)``; ``None`` builds ``decoder_mask(tgt, config.pad_id)``.
+            cache: for decoding step by step (``new_cache()``): ``tgt`` then holds only the new
+                positions, which follow the P already in the cache, and ``tgt_mask`` (built from
+                the cache when ``None``) is ``(B, 1, T, P + T)``. The cache is updated.
 
         Returns:
             ``(B, T, d_model)``.
@@ -359,11 +365,63 @@ class Transformer(nn.Module):
         B, T = tgt.shape
         if src_mask is not None:
             self._check_mask(src_mask, "src_mask", (B, 1, T, memory.size(1)))
+        if cache is not None:
+            return self._decode_cached(
+                memory, src_mask, tgt, tgt_mask, cache
+            )
         if tgt_mask is None:
             tgt_mask = decoder_mask(tgt, self.config.pad_id)
         self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
         return self.decoder(
             self.tgt_embed(tgt), memory, src_mask, tgt_mask
+        )  # (B, T, d_model)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty ``DecoderCache`` for ``decode(..., cache=...)``, one step at a time."""
+        return self.decoder.new_cache()
+
+    def _decode_cached(
+        self,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        tgt: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
+        cache: DecoderCache,
+    ) -> torch.Tensor:
+        """``decode`` of the positions ``P .. P + T - 1`` that follow the cache's P."""
+        if not isinstance(cache, DecoderCache):
+            raise TypeError(
+                f"cache: expected a DecoderCache from new_cache(), got {type(cache).__name__}"
+            )
+        B, T = tgt.shape
+        P = len(cache)
+        if cache.real is not None and cache.real.size(0) != B:
+            raise ValueError(
+                f"cache holds {cache.real.size(0)} sequences but tgt has batch size {B}"
+            )
+        real = tgt != self.config.pad_id  # (B, T)
+        seen = (
+            real if cache.real is None else torch.cat([cache.real, real], 1)
+        )
+        if tgt_mask is None:
+            tgt_mask = seen[:, None, None, :]  # (B, 1, 1, P + T), padding
+            if T > 1:  # and look-ahead among the new positions
+                causal = subsequent_mask(P + T, device=tgt.device)[P:]
+                tgt_mask = tgt_mask & causal  # (B, 1, T, P + T)
+        self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, P + T))
+        cache.real = seen  # (B, P + T)
+        x = tgt
+        for (
+            module
+        ) in self.tgt_embed:  # embeddings, then positions P .. P + T - 1
+            positional = (PositionalEncoding, LearnedPositionalEmbedding)
+            x = (
+                module(x, start=P)
+                if isinstance(module, positional)
+                else module(x)
+            )
+        return self.decoder(
+            x, memory, src_mask, tgt_mask, cache
         )  # (B, T, d_model)
 
     def forward(
