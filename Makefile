@@ -71,3 +71,8 @@ colab-cells: $(STAMP)
 
 clean:
 	rm -rf _build
+
+## make release RUN=runs/multi30k: weights, SHA256SUMS and a model card in runs/release, for a GitHub release
+.PHONY: release
+release: $(STAMP)
+	$(PY) -m aiayn.published release $(RUN) --out $(or $(OUT),runs/release)

@@ -1,0 +1,537 @@
+"""The published model: a trained Multi30k translator, checked and loaded, and how to release one.
+
+``load_published()`` gives the German-to-English model of one full run of the ``multi30k`` preset
+(on one H100, see ``book/results/README.md``) as ``(config, tokenizer, model, averaged)``, in eval
+mode and in float32, ready for a CPU. It needs three files, looked up like the Multi30k files of
+``aiayn.data``:
+
+1. in the folder given as ``root``, else in ``$AIAYN_MODEL``, else in
+   ``~/.cache/aiayn/models/multi30k-h100`` (``$XDG_CACHE_HOME`` is honoured);
+2. missing ones are downloaded from the repository's release assets (``RELEASE_URL``), within one
+   deadline for the whole download, checked against ``SHA256`` and only then renamed into place.
+
+A file whose SHA-256 differs is refused by name; offline, without a copy, the error lists the files,
+their URLs and where to put them. The weights are stored in float16 (52 MB) and run as float32.
+They load with ``strict=True``: when the model's code changes its parameter names or packs
+projections together, ``upgrade_state_dict`` converts the published layout to the new one.
+
+Releasing a run (weights never enter git; they go to a GitHub release):
+
+    python -m aiayn.published release runs/multi30k --out runs/release
+    make release RUN=runs/multi30k
+
+writes the averaged float16 weights, the tokenizer, the config, the run's records, ``SHA256SUMS``
+and ``MODEL_CARD.md`` (data and its licence terms, recipe, scores, limits) into ``runs/release``
+(git ignores ``runs/``). Upload them as the assets of a release tagged ``RELEASE_TAG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = [
+    "REPOSITORY_URL",
+    "RELEASE_TAG",
+    "RELEASE_URL",
+    "WEIGHTS",
+    "SHA256",
+    "ModelUnavailable",
+    "ChecksumError",
+    "Published",
+    "model_dir",
+    "fetch_published",
+    "upgrade_state_dict",
+    "load_published",
+    "prepare_release",
+    "main",
+]
+
+# The one repository URL is `repository.url` in _config.yml; a test checks that this is it.
+REPOSITORY_URL = "https://github.com/aiayn-book/aiayn"
+RELEASE_TAG = "multi30k-h100-2026-11-23"
+RELEASE_URL = f"{REPOSITORY_URL}/releases/download/{RELEASE_TAG}/"
+WEIGHTS = "multi30k-averaged-fp16.pt"
+# The files load_published needs, and their SHA-256 (from the run's SHA256SUMS).
+SHA256 = {
+    "config.json": "6bcfada9987bc54858e4e7462f6d897022808ea5441ac988e5f50d070a2f895b",
+    "tokenizer.model": "5efc6898833bf61ae15f7e1a3614cc5fa80fd3abd271b53c0f0c58d727807dc9",
+    WEIGHTS: "88f6c06decd16e2dd45ef1927ffbf788df653ea526717fdf0be844addec63776",
+}
+DOWNLOAD_DEADLINE_S = 600.0  # for all missing files together
+
+
+class ModelUnavailable(RuntimeError):
+    """The published model's files are neither on disk nor downloadable."""
+
+
+class ChecksumError(RuntimeError):
+    """A file's SHA-256 differs from the one the package expects."""
+
+
+class Published(NamedTuple):
+    """What ``load_published`` returns (unpacks like ``recipes.load_run``)."""
+
+    config: Any  # the run's TrainConfig
+    tokenizer: Any  # aiayn.data.Tokenizer
+    model: torch.nn.Module  # aiayn.model.Transformer, eval mode
+    averaged: list[str]  # the checkpoints whose mean the weights are
+
+
+# --- Finding and checking the files ---------------------------------------------------------------
+
+
+def model_dir(root: str | os.PathLike | None = None) -> Path:
+    """Where the published files live: ``root``, else ``$AIAYN_MODEL``, else the user cache."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get("AIAYN_MODEL")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    cache = Path(xdg) if xdg else Path.home() / ".cache"
+    return cache / "aiayn" / "models" / "multi30k-h100"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# A downloader takes a URL and the time.monotonic() deadline and yields the body in pieces.
+Downloader = Callable[[str, float], Iterable[bytes]]
+
+
+def _urlopen_chunks(url: str, deadline: float) -> Iterable[bytes]:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"no time left to download {url}")
+    with urllib.request.urlopen(url, timeout=min(60.0, left)) as response:
+        while chunk := response.read(1 << 20):
+            yield chunk
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"downloading {url} ran past the deadline"
+                )
+
+
+def _download(
+    name: str, directory: Path, downloader: Downloader, deadline: float
+) -> None:
+    """Stream one file into a temporary file beside its place, check it, then rename it there."""
+    url = RELEASE_URL + name
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{name}.", suffix=".part", dir=directory
+    )
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as f:
+            for chunk in downloader(url, deadline):
+                h.update(chunk)
+                f.write(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"downloading {url} ran past the deadline"
+                    )
+            f.flush()
+            os.fsync(f.fileno())
+        if h.hexdigest() != SHA256[name]:
+            raise ChecksumError(
+                f"downloaded {url} has SHA-256 {h.hexdigest()}, expected {SHA256[name]}; "
+                f"nothing was written to {directory}"
+            )
+        os.replace(tmp, directory / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _unavailable(
+    missing: Sequence[str], directory: Path, reason: str
+) -> str:
+    lines = [
+        f"the published model's files are missing from {directory} and could "
+        f"not be downloaded ({reason}).",
+        "Needed:",
+        *(f"  {name}  <-  {RELEASE_URL}{name}" for name in missing),
+        f"Download them by hand into {directory}, or point the AIAYN_MODEL "
+        "environment variable (or the root= argument) at a folder that holds them.",
+    ]
+    return "\n".join(lines)
+
+
+def fetch_published(
+    root: str | os.PathLike | None = None,
+    *,
+    download: bool = True,
+    downloader: Downloader | None = None,
+    deadline_s: float = DOWNLOAD_DEADLINE_S,
+) -> Path:
+    """Make sure the published files are in ``model_dir(root)`` and intact; return that folder.
+
+    Args:
+        root: the folder (default ``$AIAYN_MODEL``, else the user cache).
+        download: fetch missing files from ``RELEASE_URL``.
+        downloader: ``(url, deadline) -> byte pieces``; default ``urllib`` (tests pass a fake).
+        deadline_s: seconds allowed for downloading all missing files together.
+
+    Raises:
+        ModelUnavailable: files are missing and cannot be downloaded.
+        ChecksumError: a file (on disk or downloaded) is not the published one.
+    """
+    directory = model_dir(root)
+    missing = [n for n in SHA256 if not (directory / n).is_file()]
+    if missing and not download:
+        raise ModelUnavailable(
+            _unavailable(missing, directory, "download=False")
+        )
+    deadline = time.monotonic() + deadline_s
+    for name in missing:
+        try:
+            _download(
+                name, directory, downloader or _urlopen_chunks, deadline
+            )
+        except (
+            urllib.error.URLError,
+            http.client.HTTPException,
+            OSError,
+        ) as err:
+            # TimeoutError is an OSError: a slow download reports like a failed one
+            reason = f"{type(err).__name__}: {err}"
+            raise ModelUnavailable(
+                _unavailable(missing, directory, reason)
+            ) from err
+    for name, expected in SHA256.items():
+        actual = _sha256(directory / name)
+        if actual != expected:
+            raise ChecksumError(
+                f"{directory / name} has SHA-256 {actual}, expected {expected}. "
+                "The file is damaged or not the published one; delete it to "
+                "download it again."
+            )
+    return directory
+
+
+# --- Loading --------------------------------------------------------------------------------------
+
+
+def _pack(
+    state: dict, prefix: str, want: torch.Tensor
+) -> torch.Tensor | None:
+    """A packed projection ``want`` rebuilt from the separate q/k/v ones under ``prefix``."""
+    leaf = "weight" if want.dim() == 2 else "bias"
+    for parts in (("w_q", "w_k", "w_v"), ("w_k", "w_v")):
+        keys = [f"{prefix}{p}.{leaf}" for p in parts]
+        if all(k in state for k in keys):
+            packed = torch.cat([state[k] for k in keys], dim=0)
+            if packed.shape == want.shape:
+                return packed
+    return None
+
+
+def upgrade_state_dict(
+    state: dict[str, torch.Tensor], model: torch.nn.Module
+) -> dict:
+    """Convert published weights to the parameter layout of ``model``'s code.
+
+    The published layout (``aiayn`` at commit dffaf16) keeps four projections per attention layer,
+    ``w_q``, ``w_k``, ``w_v`` and ``w_o``. A key the model wants but the file lacks is rebuilt
+    when the file holds its parts under the same module: a packed ``(3·d, d)`` projection from
+    ``w_q``, ``w_k``, ``w_v``, a packed ``(2·d, d)`` one from ``w_k``, ``w_v`` (same for biases).
+    Keys used that way, and buffers the model does not keep, are dropped. Anything else is left
+    for ``load_state_dict(strict=True)`` to report.
+
+    Args:
+        state: the published ``state_dict``.
+        model: a freshly built model of the published config.
+
+    Returns:
+        A state dict with the model's keys wherever a conversion applied.
+    """
+    wanted = model.state_dict()
+    if set(state) == set(wanted):
+        return dict(state)
+    out = {k: v for k, v in state.items() if k in wanted}
+    used: set[str] = set()
+    for key, want in wanted.items():
+        if key in out:
+            continue
+        prefix = key.rsplit(".", 2)[0] + "." if key.count(".") >= 2 else ""
+        packed = _pack(state, prefix, want)
+        if packed is not None:
+            out[key] = packed
+            used.update(k for k in state if k.startswith(prefix))
+    buffers = {name for name, _ in model.named_buffers()}
+    left = [
+        k
+        for k in state
+        if k not in out and k not in used and k not in buffers
+    ]
+    out.update({k: state[k] for k in left})  # strict loading will name them
+    return out
+
+
+def _train_config(values: dict[str, Any]):
+    """The run's ``TrainConfig`` (``from_dict`` reads older config layouts)."""
+    from .recipes import TrainConfig
+
+    return TrainConfig.from_dict(values)
+
+
+def load_published(
+    root: str | os.PathLike | None = None,
+    device: torch.device | str = "cpu",
+    *,
+    dtype: torch.dtype = torch.float32,
+    download: bool = True,
+    downloader: Downloader | None = None,
+) -> Published:
+    """The published translator, checked and loaded strictly, in eval mode.
+
+    Args:
+        root: the folder with the files (default ``$AIAYN_MODEL``, else the user cache).
+        device: where the model goes (default the CPU).
+        dtype: the dtype the stored float16 weights are cast to (float32: CPUs run it fastest).
+        download: fetch missing files from the release.
+        downloader: see ``fetch_published``.
+
+    Returns:
+        ``Published(config, tokenizer, model, averaged)``.
+    """
+    from .data import Tokenizer
+    from .recipes import build_model
+
+    directory = fetch_published(
+        root, download=download, downloader=downloader
+    )
+    saved = torch.load(
+        directory / WEIGHTS, map_location="cpu", weights_only=True
+    )
+    config_file = json.loads((directory / "config.json").read_text())
+    if saved["config"] != config_file:
+        raise ValueError(
+            f"{directory / WEIGHTS} was saved with another config than "
+            f"{directory / 'config.json'}"
+        )
+    cfg = _train_config(config_file)
+    tokenizer = Tokenizer(directory / "tokenizer.model")
+    model = build_model(cfg, tokenizer)
+    state = {
+        k: v.to(dtype) if v.is_floating_point() else v
+        for k, v in saved["model"].items()
+    }
+    model.load_state_dict(upgrade_state_dict(state, model), strict=True)
+    model = model.to(device=device, dtype=dtype).eval()
+    return Published(cfg, tokenizer, model, list(saved.get("averaged", [])))
+
+
+# --- Releasing a run ------------------------------------------------------------------------------
+
+RELEASE_FILES = (
+    WEIGHTS, "tokenizer.model", "config.json", "summary.json",
+    "metrics.jsonl", "results.json", "test2016.hyp.en",
+)  # fmt: skip
+
+LICENCE = (
+    "Multi30k (Elliott et al., 2016, https://github.com/multi30k/dataset) is "
+    "partly derived from Flickr30k (Young et al., 2014). Its authors provide it "
+    "for non-commercial research and educational purposes only; they do not own "
+    "the copyright of the Flickr images, whose use must follow the Flickr Terms "
+    "of Use. The model was trained on the German and English captions only, and "
+    "inherits these terms: research and teaching, not commercial use. Cite both "
+    "data sets."
+)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=".part", dir=path.parent
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _averaged_weights(run: Path) -> bytes:
+    """The float16 mean of a training run's last epochs, as the bytes of a ``.pt`` file."""
+    import io
+
+    from .recipes import load_run
+
+    cfg, _, model, sources = load_run(run, "cpu", average=True)
+    state = {
+        k: v.half() if v.is_floating_point() else v
+        for k, v in model.state_dict().items()
+    }
+    config = json.loads((run / "config.json").read_text())
+    buffer = io.BytesIO()
+    torch.save(
+        {"model": state, "config": config, "averaged": sources}, buffer
+    )
+    return buffer.getvalue()
+
+
+def model_card(
+    config: dict, summary: dict, results: dict, sums: dict[str, str]
+) -> str:
+    """The release's ``MODEL_CARD.md``: what the model is, its data and terms, recipe, scores, limits."""
+    test = results.get("test2016", {})
+    c = config
+    lines = [
+        f"# {c['name']}: a German-to-English Transformer trained on Multi30k",
+        "",
+        "## Model",
+        f"An encoder-decoder Transformer (Vaswani et al., 2017) of the `aiayn` package: "
+        f"N = {c['N']} layers per stack, d_model = {c['d_model']}, d_ff = {c['d_ff']}, "
+        f"h = {c['h']}, P_drop = {c['dropout']}, one joint BPE vocabulary of "
+        f"{c['vocab_size']:,} pieces shared by both embeddings and the output layer; "
+        f"{summary.get('parameters', 0):,} parameters. `{WEIGHTS}` holds the mean of the "
+        f"weights of the last {c['average_last']} epochs in float16; "
+        "`aiayn.published.load_published` loads it as float32.",
+        "",
+        "## Data and licence terms",
+        LICENCE,
+        "Training: the 29,000 pairs of the Multi30k task 1 training split; "
+        "validation: its 1,014 pairs; test: test2016 (1,000 pairs).",
+        "",
+        "## Recipe",
+        f"`python -m aiayn.train --preset {c['name']}`: {c['epochs']} epochs, batches "
+        f"of {c['max_tokens']:,} padded tokens, Adam with the Noam schedule (warmup "
+        f"{c['warmup']}, factor {c['lr_factor']}), label smoothing {c['label_smoothing']}, "
+        f"gradient clipping {c['clip_norm']}. Trained on {summary.get('device_name')} "
+        f"with torch {summary.get('torch')} ({summary.get('amp')} autocast): "
+        f"{summary.get('steps', 0):,} steps in {summary.get('wall_s', 0):.0f} s.",
+        "",
+        "## Scores (test2016, German to English)",
+        f"Beam {test.get('beam')}, length penalty α {test.get('length_penalty')}: "
+        f"sacreBLEU {test.get('sacrebleu', float('nan')):.2f} "
+        f"(`{test.get('signature')}`), our BLEU {test.get('bleu', float('nan')):.2f}; "
+        f"test loss {test.get('loss', float('nan')):.3f}, perplexity "
+        f"{test.get('ppl', float('nan')):.2f}.",
+        "",
+        "## Limits",
+        "Multi30k is short image captions (about 12 words): the model translates "
+        "such captions and little else. Names, rare words and long sentences come "
+        "out wrong or are left out; it never saw news, dialogue or other domains. "
+        "Scores on Multi30k are far higher than on WMT news and cannot be compared "
+        "with the paper's. It may reproduce the biases of the captions.",
+        "",
+        "## Files (SHA-256)",
+        *(f"- `{name}`: `{digest}`" for name, digest in sums.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def prepare_release(
+    run_dir: str | os.PathLike, out_dir: str | os.PathLike
+) -> dict[str, str]:
+    """Write the files of a release of ``run_dir`` into ``out_dir``: weights, records, sums, card.
+
+    ``run_dir`` is a trained and evaluated run folder (``aiayn.recipes``: its last epochs are
+    averaged into float16 weights), or a folder that already holds ``multi30k-averaged-fp16.pt``.
+
+    Returns:
+        ``{file name: SHA-256}`` of the files written (also in ``SHA256SUMS``).
+    """
+    run, out = Path(run_dir), Path(out_dir)
+    needed = [
+        n for n in RELEASE_FILES if n != WEIGHTS and not (run / n).is_file()
+    ]
+    if (
+        not (run / WEIGHTS).is_file()
+        and not (run / "checkpoint.pt").is_file()
+    ):
+        needed.insert(0, f"{WEIGHTS} or checkpoint.pt")
+    if needed:
+        raise FileNotFoundError(
+            f"{run} lacks {needed}: train it (python -m aiayn.train) and evaluate "
+            f"it (python -m aiayn.evaluate {run} --split test2016) first"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    sums = {}
+    for name in RELEASE_FILES:
+        if name == WEIGHTS and not (run / WEIGHTS).is_file():
+            data = _averaged_weights(run)
+        else:
+            data = (run / name).read_bytes()
+        _write_atomic(out / name, data)
+        sums[name] = hashlib.sha256(data).hexdigest()
+    records = [
+        json.loads((run / n).read_text())
+        for n in ("config.json", "summary.json", "results.json")
+    ]
+    card = model_card(*records, sums).encode()
+    _write_atomic(out / "MODEL_CARD.md", card)
+    sums["MODEL_CARD.md"] = hashlib.sha256(card).hexdigest()
+    text = "".join(
+        f"{digest}  {name}\n" for name, digest in sorted(sums.items())
+    )
+    _write_atomic(out / "SHA256SUMS", text.encode())
+    return sums
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m aiayn.published release RUN --out DIR`` or ``... check [DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m aiayn.published", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    rel = sub.add_parser(
+        "release",
+        help="prepare release files, SHA256SUMS and a model card from a run",
+    )
+    rel.add_argument("run", help="a trained and evaluated run folder")
+    rel.add_argument(
+        "--out",
+        default="runs/release",
+        help="where the files go (default runs/release, which git ignores)",
+    )
+    chk = sub.add_parser(
+        "check", help="check (and download) the published files"
+    )
+    chk.add_argument(
+        "root",
+        nargs="?",
+        default=None,
+        help="default $AIAYN_MODEL or the user cache",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "release":
+        sums = prepare_release(args.run, args.out)
+        for name, digest in sums.items():
+            print(f"{digest}  {args.out}/{name}")
+        print(f"upload {', '.join(sums)} as the assets of a GitHub release; "
+              "put the sums of the weights, tokenizer.model and config.json in "
+              "aiayn.published.SHA256")  # fmt: skip
+    else:
+        print(
+            f"{fetch_published(args.root)}: {', '.join(SHA256)} present and intact"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""The published model: files found, checked and downloaded like Multi30k's, loaded strictly, released.
+
+Reads the published run from ``$AIAYN_MODEL`` (CI: ``shared/runs/multi30k-h100``), else from
+``shared/runs/multi30k-h100`` next to the repository; nothing goes to the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from aiayn import published as P
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _model_dir() -> Path:
+    if os.environ.get("AIAYN_MODEL"):
+        return Path(os.environ["AIAYN_MODEL"])
+    return ROOT.parent / "shared/runs/multi30k-h100"
+
+
+@pytest.fixture(scope="module")
+def shared() -> Path:
+    path = _model_dir()
+    missing = [n for n in P.SHA256 if not (path / n).is_file()]
+    if missing:
+        pytest.fail(
+            f"published files {missing} are missing from {path}. Set "
+            f"AIAYN_MODEL to a folder holding them ({P.RELEASE_URL}<file>)."
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def published(shared):
+    return P.load_published(shared, download=False)
+
+
+def offline(url, deadline):
+    raise urllib.error.URLError("no network in tests")
+
+
+def serve(folder: Path, corrupt: str | None = None):
+    """A fake downloader serving ``folder``'s files by name, one file's bytes altered."""
+    calls = []
+
+    def download(url, deadline):
+        name = url.rsplit("/", 1)[1]
+        calls.append(name)
+        data = (folder / name).read_bytes()
+        if name == corrupt:
+            data = data[:-1] + bytes([data[-1] ^ 1])
+        yield data[: len(data) // 2]
+        yield data[len(data) // 2 :]
+
+    download.calls = calls
+    return download
+
+
+def test_the_release_url_comes_from_the_one_repository_url():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert P.REPOSITORY_URL == config["repository"]["url"].rstrip("/")
+    assert P.RELEASE_URL.startswith(P.REPOSITORY_URL + "/releases/download/")
+
+
+def test_the_package_sums_are_the_runs(shared):
+    sums = dict(
+        reversed(line.split())
+        for line in (shared / "SHA256SUMS").read_text().splitlines()
+    )
+    assert {name: sums[name] for name in P.SHA256} == P.SHA256
+
+
+def test_model_dir_argument_then_env_then_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIAYN_MODEL", str(tmp_path / "env"))
+    assert P.model_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert P.model_dir() == tmp_path / "env"
+    monkeypatch.delenv("AIAYN_MODEL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert P.model_dir() == tmp_path / "cache/aiayn/models/multi30k-h100"
+
+
+def test_offline_without_a_copy_names_the_files_and_where_to_put_them(
+    tmp_path,
+):
+    where = tmp_path / "empty"
+    for kwargs in ({"downloader": offline}, {"download": False}):
+        with pytest.raises(P.ModelUnavailable) as err:
+            P.load_published(where, **kwargs)
+        msg = str(err.value)
+        for name in P.SHA256:
+            assert f"{name}  <-  {P.RELEASE_URL}{name}" in msg
+        assert str(where) in msg and "AIAYN_MODEL" in msg
+    assert not any(where.glob("*")) if where.exists() else True
+
+
+@pytest.mark.parametrize("name", ["tokenizer.model", P.WEIGHTS])
+def test_a_corrupted_file_on_disk_is_refused_by_name(tmp_path, shared, name):
+    for other in P.SHA256:
+        if other != name:
+            (tmp_path / other).symlink_to(shared / other)
+    data = bytearray((shared / name).read_bytes()[:4096])
+    data[100] ^= 0xFF
+    (tmp_path / name).write_bytes(bytes(data))
+    with pytest.raises(
+        P.ChecksumError, match=f"{tmp_path / name} has SHA-256"
+    ):
+        P.load_published(tmp_path, downloader=offline)
+
+
+def test_missing_files_are_downloaded_checked_and_renamed_into_place(
+    tmp_path, shared
+):
+    (tmp_path / "config.json").symlink_to(shared / "config.json")
+    download = serve(shared)
+    assert P.fetch_published(tmp_path, downloader=download) == tmp_path
+    assert sorted(download.calls) == sorted(set(P.SHA256) - {"config.json"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(P.SHA256)
+
+
+def test_a_corrupted_download_is_refused_and_nothing_is_left(
+    tmp_path, shared
+):
+    with pytest.raises(
+        P.ChecksumError, match=f"{P.RELEASE_URL}tokenizer.model"
+    ):
+        P.fetch_published(
+            tmp_path, downloader=serve(shared, corrupt="tokenizer.model")
+        )
+    assert not (tmp_path / "tokenizer.model").exists()
+    assert not list(tmp_path.glob(".*.part"))
+
+
+def test_the_download_has_one_deadline(tmp_path, shared):
+    with pytest.raises(P.ModelUnavailable, match="deadline"):
+        P.fetch_published(
+            tmp_path, downloader=serve(shared), deadline_s=-1.0
+        )
+    assert not list(tmp_path.glob("*")) and not list(tmp_path.glob(".*"))
+
+
+def test_the_published_weights_load_strictly_as_float32(shared, published):
+    saved = torch.load(
+        shared / P.WEIGHTS, map_location="cpu", weights_only=True
+    )
+    assert {
+        v.dtype for v in saved["model"].values() if v.is_floating_point()
+    } == {torch.float16}
+    cfg, tokenizer, model, averaged = published
+    state = model.state_dict()
+    assert {v.dtype for v in state.values() if v.is_floating_point()} == {
+        torch.float32
+    }
+    assert (
+        not model.training and next(model.parameters()).device.type == "cpu"
+    )
+    assert averaged == [f"epoch-0{e}.pt" for e in range(36, 41)]
+    assert tokenizer.vocab_size == cfg.vocab_size == 8000
+    # strict: every parameter comes from the file (the same numbers, widened exactly)
+    fresh = P.upgrade_state_dict(
+        {k: v.float() for k, v in saved["model"].items()}, model
+    )
+    result = model.load_state_dict(fresh, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    key = "generator.weight"
+    torch.testing.assert_close(
+        state[key], saved["model"][key].float(), rtol=0, atol=0
+    )
+
+
+def test_the_published_model_decodes_as_the_run_did(shared, published):
+    """On the shortest test sentences, beam search here gives the run's own translations."""
+    from aiayn.data import load_multi30k
+    from aiayn.recipes import translate
+
+    data = (
+        os.environ.get("AIAYN_DATA") or ROOT.parent / "shared/data/multi30k"
+    )
+    test = load_multi30k("test2016", data, download=False)
+    hyp = (shared / "test2016.hyp.en").read_text().splitlines()
+    cfg, tokenizer, model, _ = published
+    short = sorted(range(len(test)), key=lambda i: len(test[i][0]))[:3]
+    out = translate(
+        model, tokenizer, [test[i][0] for i in short], beam=cfg.beam,
+        length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+    )  # fmt: skip
+    assert out == [hyp[i] for i in short]
+
+
+class _Packed(nn.Module):
+    """An attention layer whose code packs the projections (a possible later layout)."""
+
+    def __init__(self, d: int = 4):
+        super().__init__()
+        self.self_attn = nn.Module()
+        self.self_attn.w_qkv = nn.Linear(d, 3 * d)
+        self.self_attn.w_o = nn.Linear(d, d)
+        self.cross_attn = nn.Module()
+        self.cross_attn.w_q = nn.Linear(d, d)
+        self.cross_attn.w_kv = nn.Linear(d, 2 * d)
+        self.cross_attn.w_o = nn.Linear(d, d)
+
+
+def test_an_older_layout_is_converted_for_a_strict_load():
+    torch.manual_seed(0)
+    d = 4
+    old = {
+        f"{a}.{p}.{leaf}": torch.randn(d, d)
+        if leaf == "weight"
+        else torch.randn(d)
+        for a in ("self_attn", "cross_attn")
+        for p in ("w_q", "w_k", "w_v", "w_o")
+        for leaf in ("weight", "bias")
+    }
+    model = _Packed(d)
+    model.load_state_dict(P.upgrade_state_dict(old, model), strict=True)
+    qkv = torch.cat([old[f"self_attn.w_{x}.weight"] for x in "qkv"])
+    kv = torch.cat([old[f"cross_attn.w_{x}.bias"] for x in "kv"])
+    assert torch.equal(model.self_attn.w_qkv.weight, qkv)
+    assert torch.equal(model.cross_attn.w_kv.bias, kv)
+    assert torch.equal(
+        model.cross_attn.w_q.weight, old["cross_attn.w_q.weight"]
+    )
+
+
+def test_a_layout_without_a_conversion_is_reported_by_key():
+    model = _Packed(4)
+    odd = {k: v for k, v in model.state_dict().items()} | {
+        "extra.weight": torch.ones(1)
+    }
+    with pytest.raises(RuntimeError, match="extra.weight"):
+        model.load_state_dict(P.upgrade_state_dict(odd, model), strict=True)
+
+
+def test_a_release_from_the_run_folder(tmp_path, shared):
+    sums = P.prepare_release(shared, tmp_path)
+    run_sums = dict(
+        reversed(line.split())
+        for line in (shared / "SHA256SUMS").read_text().splitlines()
+    )
+    for name in P.RELEASE_FILES:
+        assert sums[name] == run_sums[name]
+    listed = (tmp_path / "SHA256SUMS").read_text()
+    for name, digest in sums.items():
+        assert f"{digest}  {name}" in listed
+        assert (
+            hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+            == digest
+        )
+    card = (tmp_path / "MODEL_CARD.md").read_text()
+    results = json.loads((shared / "results.json").read_text())["test2016"]
+    assert f"sacreBLEU {results['sacrebleu']:.2f}" in card
+    for words in (
+        "Flickr30k",
+        "non-commercial research",
+        "## Limits",
+        "## Recipe",
+        P.WEIGHTS,
+    ):
+        assert words in card
+
+
+def test_a_release_needs_a_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint.pt"):
+        P.prepare_release(tmp_path, tmp_path / "out")
