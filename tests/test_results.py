@@ -1,0 +1,133 @@
+"""book/results: the published run's figures, small, complete, and re-scored to the BLEU the book states."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from aiayn.bleu import corpus_bleu
+from aiayn.data import load_multi30k
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "book" / "results"
+CHAPTER = ROOT / "book" / "11_translate_multi30k.ipynb"
+RECORD = json.loads((RESULTS / "multi30k.json").read_text())
+
+
+def data_dir() -> Path:
+    return Path(
+        os.environ.get("AIAYN_DATA") or ROOT.parent / "shared/data/multi30k"
+    )
+
+
+def rows(name: str) -> list[dict[str, str]]:
+    with open(RESULTS / name, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def rescored():
+    hypotheses = (
+        (RESULTS / RECORD["hypotheses"])
+        .read_text(encoding="utf-8")
+        .splitlines()
+    )
+    references = [
+        en
+        for _, en in load_multi30k(
+            RECORD["split"], data_dir(), download=False
+        )
+    ]
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU()
+    sacre = bleu.corpus_score(hypotheses, [references])
+    return (
+        corpus_bleu(hypotheses, references),
+        sacre,
+        str(bleu.get_signature()),
+    )
+
+
+def test_every_file_is_small_and_listed_in_the_readme():
+    readme = (RESULTS / "README.md").read_text()
+    for path in RESULTS.iterdir():
+        assert path.stat().st_size < 200_000, (
+            f"{path.name} is {path.stat().st_size:,} bytes"
+        )
+        if path.name != "README.md":
+            assert f"`{path.name}`" in readme, (
+                f"README.md does not describe {path.name}"
+            )
+
+
+def test_the_record_says_where_when_and_how():
+    r = RECORD
+    assert (r["commit"], r["measured_at"]) == ("dffaf16", "2026-11-23")
+    assert r["device_name"] == "NVIDIA H100 80GB HBM3" and r[
+        "torch"
+    ].startswith("2.11")
+    assert r["commands"][0].startswith(
+        "python -m aiayn.train --preset multi30k"
+    )
+    assert r["commands"][1].startswith("python -m aiayn.evaluate")
+    assert r["config"]["name"] == r["train"]["preset"] == "multi30k"
+    assert r["test"]["sentences"] == 1000 and r["test"]["beam"] == 4
+    assert "out_dir" not in r["train"]
+
+
+def test_the_curves_cover_the_run():
+    every = RECORD["curves"]["every"]
+    train = rows(RECORD["curves"]["train"])
+    steps = RECORD["train"]["steps"]
+    assert len(train) == math.ceil(steps / every)
+    assert [int(r["step"]) for r in train] == [
+        min(k * every, steps) for k in range(1, len(train) + 1)
+    ]
+    val = rows(RECORD["curves"]["val"])
+    assert len(val) == RECORD["config"]["epochs"]
+    assert float(val[-1]["val_loss"]) == pytest.approx(
+        RECORD["train"]["val_loss"], abs=1e-4
+    )
+    assert float(train[0]["loss"]) > 8 > 3 > float(train[-1]["loss"])
+
+
+def test_the_translations_are_the_runs(tmp_path):
+    shared = Path(
+        os.environ.get("AIAYN_MODEL")
+        or ROOT.parent / "shared/runs/multi30k-h100"
+    )
+    sums = dict(
+        reversed(line.split())
+        for line in (shared / "SHA256SUMS").read_text().splitlines()
+    )
+    digest = hashlib.sha256(
+        (RESULTS / RECORD["hypotheses"]).read_bytes()
+    ).hexdigest()
+    assert digest == sums["test2016.hyp.en"]
+
+
+def test_rescoring_gives_the_published_bleu(rescored):
+    ours, sacre, signature = rescored
+    assert ours.score == pytest.approx(sacre.score, abs=1e-9)
+    assert ours.score == pytest.approx(RECORD["test"]["bleu"], abs=1e-6)
+    assert signature == RECORD["test"]["signature"]
+    assert f"{sacre.score:.2f}" == "39.01"
+
+
+def test_the_chapter_states_the_rescored_bleu(rescored):
+    _, sacre, _ = rescored
+    cells = json.loads(CHAPTER.read_text())["cells"]
+    prose = "".join(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+    )
+    assert (
+        f"{sacre.score:.2f} sacreBLEU" in prose
+        or f"sacreBLEU {sacre.score:.2f}" in prose
+    )
