@@ -9,16 +9,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import nn
+from torch.testing import assert_close
 
 from aiayn.decoding import (
     BeamSearchOutput,
     beam_search,
+    decode_sorted,
     gnmt_length_penalty,
     greedy_decode,
     sample,
 )
 from aiayn.masks import decoder_mask, padding_mask
-from aiayn.model import Transformer, TransformerConfig
+from aiayn.model import Transformer, TransformerConfig, set_fast
 from aiayn.training import (
     LabelSmoothingLoss,
     copy_task_batches,
@@ -295,3 +297,179 @@ def test_bad_arguments_raise(call, message):
 def test_max_len_one_returns_bos_only():
     out = greedy_decode(random_model(), SRC, None, 1, BOS, EOS)
     assert torch.equal(out, torch.full((2, 1), BOS))
+
+
+# --- Key/value cache -------------------------------------------------------------------------------
+
+
+def padded_targets(model: Transformer, src: torch.Tensor) -> torch.Tensor:
+    """Decoder inputs as decoding makes them: ``<bos>``, tokens, and padding after ``<eos>``."""
+    return greedy_decode(model, src, None, 10, BOS, EOS, use_cache=False)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["explicit", "fast path"])
+@pytest.mark.parametrize("learned_positions", [False, True], ids=["sinusoids", "learned positions"])
+def test_cached_logits_equal_teacher_forcing_at_every_step(fast, learned_positions):
+    torch.manual_seed(0)
+    config = TransformerConfig(V, V, d_model=16, d_ff=32, h=2, N=2, learned_positions=learned_positions)
+    model, src = Transformer(config).eval(), random_source()
+    tgt = padded_targets(model, src)  # (B, T)
+    src_mask = padding_mask(src, PAD)
+    with torch.no_grad(), set_fast(model, fast):
+        memory = model.encode(src, src_mask)
+        teacher = model.generator(model.decode(memory, src_mask, tgt, decoder_mask(tgt, PAD)))  # (B, T, V)
+        cache = model.new_cache()
+        for t in range(tgt.size(1)):
+            step = model.generator(model.decode(memory, src_mask, tgt[:, t : t + 1], cache=cache))  # (B, 1, V)
+            assert_close(step[:, 0], teacher[:, t], msg=lambda m, t=t: f"step {t}: {m}")
+        assert len(cache) == tgt.size(1)
+
+
+def test_cache_fed_in_chunks_equals_teacher_forcing():
+    model, src = random_model().eval(), random_source()
+    tgt = padded_targets(model, src)
+    with torch.no_grad():
+        memory = model.encode(src)
+        teacher = model.decode(memory, padding_mask(src, PAD), tgt)
+        cache = model.new_cache()
+        parts = tgt.split([3, 1, tgt.size(1) - 4], dim=1)  # several positions at once, then one, then the rest
+        chunks = [model.decode(memory, padding_mask(src, PAD), part, cache=cache) for part in parts]
+    assert_close(torch.cat(chunks, dim=1), teacher)
+
+
+def test_cache_runs_the_decoder_over_one_position_per_step():
+    model, src = random_model(), random_source()
+    seen: list[int] = []
+    decode = model.decode
+
+    def counting_decode(memory, src_mask, tgt, tgt_mask=None, cache=None):
+        seen.append(tgt.size(1))
+        return decode(memory, src_mask, tgt, tgt_mask, cache)
+
+    model.decode = counting_decode
+    steps = greedy_decode(model, src, None, 9, BOS, EOS).size(1) - 1
+    assert seen == [1] * steps
+    seen.clear()
+    greedy_decode(model, src, None, 9, BOS, EOS, use_cache=False)
+    assert seen == list(range(1, steps + 1))  # the whole prefix again at every step
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_same_with_and_without_cache(seed):
+    model, src = random_model(seed=seed), random_source(seed=seed)
+    assert torch.equal(
+        greedy_decode(model, src, None, 12, BOS, EOS), greedy_decode(model, src, None, 12, BOS, EOS, use_cache=False)
+    )
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["explicit", "fast path"])
+@pytest.mark.parametrize("beam_size", [2, 4, 7])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_beam_search_same_hypotheses_with_and_without_cache(seed, beam_size, fast):
+    model, src = random_model(seed=seed), random_source(seed=seed)
+    reference = beam_search(model, src, None, 12, BOS, EOS, beam_size, 0.6, use_cache=False)
+    with set_fast(model, fast):
+        cached = beam_search(model, src, None, 12, BOS, EOS, beam_size, 0.6)
+    assert torch.equal(cached.tokens, reference.tokens)
+    assert_close(cached.scores, reference.scores)
+    assert_close(cached.log_probs, reference.log_probs)
+
+
+def test_beam_search_with_cache_on_trained_model(copy_model):
+    test = copy_task_batches(1, 16, 8, V, seed=99)[0]
+    reference = beam_search(copy_model, test.src, test.src_mask, 10, BOS, EOS, 4, use_cache=False)
+    cached = beam_search(copy_model, test.src, test.src_mask, 10, BOS, EOS, 4)
+    assert torch.equal(cached.tokens, reference.tokens)
+
+
+def test_sampling_same_with_and_without_cache():
+    model, src = random_model(), random_source()
+    draws = [
+        sample(model, src, None, 12, BOS, EOS, generator=torch.Generator().manual_seed(3), use_cache=use_cache)
+        for use_cache in (True, False)
+    ]
+    assert torch.equal(*draws)
+
+
+# --- One limit per sentence, batches of similar length ---------------------------------------------
+
+
+def strip_padding(row: torch.Tensor) -> list[int]:
+    ids = row.tolist()
+    while ids and ids[-1] == PAD:
+        ids.pop()
+    return ids
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_one_max_len_per_sentence_equals_decoding_each_with_its_own(beam_size):
+    model, src = random_model(), random_source()
+    limits = [2, 5, 9, 1, 7, 3]
+    out = beam_search(model, src, None, limits, BOS, EOS, beam_size).tokens
+    for row, limit in enumerate(limits):
+        alone = beam_search(model, src[row : row + 1], None, limit, BOS, EOS, beam_size).tokens
+        assert strip_padding(out[row]) == strip_padding(alone[0])
+        assert len(strip_padding(out[row])) <= limit
+
+
+def varied_sources(n: int = 11, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 9, (n,), generator=g).tolist()
+    return [torch.randint(3, V, (k,), generator=g).tolist() + [EOS] for k in lengths]
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("trained", [False, True], ids=["random model", "copy model"])
+def test_a_translation_does_not_depend_on_its_batch(beam_size, trained, copy_model):
+    model = copy_model if trained else random_model()
+    sources = varied_sources()
+    settings = dict(beam_size=beam_size, max_len_a=1.0, max_len_b=2)
+    together = decode_sorted(model, sources, BOS, EOS, batch_size=len(sources), **settings)
+    in_threes = decode_sorted(model, sources, BOS, EOS, batch_size=3, **settings)
+    alone = [decode_sorted(model, [s], BOS, EOS, **settings)[0] for s in sources]
+    assert together == alone == in_threes
+    assert len({len(s) for s in sources}) > 3  # the batch really mixes lengths, hence padding
+    for s, out in zip(sources, together, strict=True):
+        assert out[0] == BOS and len(out) <= int(len(s) + 2) + 1
+
+
+def test_decode_sorted_copies_with_trained_model(copy_model):
+    test = copy_task_batches(1, 8, 8, V, seed=7)[0]  # the copy model knows sentences of 8 tokens
+    outputs = decode_sorted(copy_model, test.src.tolist(), BOS, EOS, beam_size=4, batch_size=3, max_len_b=2)
+    assert outputs == [[BOS, *s, EOS] for s in test.src.tolist()]
+
+
+def test_decode_sorted_equals_greedy_on_one_unpadded_batch():
+    model = random_model()
+    src = torch.randint(3, V, (5, 6), generator=torch.Generator().manual_seed(4))
+    greedy = greedy_decode(model, src, None, 6 + 4 + 1, BOS, EOS)
+    sorted_out = decode_sorted(model, src.tolist(), BOS, EOS, beam_size=1, max_len_b=4)
+    assert sorted_out == [strip_padding(row) for row in greedy]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda m: greedy_decode(m, SRC, None, [3, 4, 5], BOS, EOS), ValueError, r"per sentence \(2\)"),
+        (lambda m: beam_search(m, SRC, None, [3, 0], BOS, EOS), ValueError, r"per sentence .*\[3, 0\]"),
+        (lambda m: decode_sorted(m, [[3, 2], []], BOS, EOS), ValueError, "sources must hold 1 to max_len=5000 ids"),
+        (lambda m: decode_sorted(m, [[3, 2]], BOS, EOS, batch_size=0), ValueError, "batch_size must be a positive"),
+        (
+            lambda m: m.decode(m.encode(SRC), None, SRC[:, :1], cache=[]),
+            TypeError,
+            "cache: expected a DecoderCache from new_cache",
+        ),
+    ],
+)
+def test_bad_cache_and_batching_arguments_raise(call, error, message):
+    with pytest.raises(error, match=message):
+        call(random_model())
+
+
+def test_a_cache_of_another_batch_size_is_rejected():
+    model = random_model().eval()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.decode(model.encode(SRC), None, SRC[:, :1], cache=cache)
+        with pytest.raises(ValueError, match="cache holds 2 sequences but tgt has batch size 1"):
+            model.decode(model.encode(SRC[:1]), None, SRC[:1, :1], cache=cache)
