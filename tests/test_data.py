@@ -334,24 +334,3 @@ def test_collate():
 def test_collate_empty():
     with pytest.raises(ValueError, match="got an empty batch"):
         D.collate([])
-
-
-def test_sampler_with_dataloader(encoded):
-    sampler = D.TokenBucketSampler(encoded, max_tokens=4096)
-    loader = torch.utils.data.DataLoader(encoded, batch_sampler=sampler, collate_fn=D.collate)
-    first = list(sampler)
-    src, tgt = next(iter(loader))
-    assert src.size(0) == tgt.size(0) == len(first[0])
-    assert src.numel() + tgt.numel() <= 4096
-    assert len(loader) == len(D.make_batches(encoded, 4096))
-    sampler.set_epoch(1)
-    assert list(sampler) == D.make_batches(encoded, 4096, epoch=1) != first
-
-
-def test_iter_batches(encoded):
-    batches = D.make_batches(encoded[:500], 1024, epoch=2)
-    tensors = list(D.iter_batches(encoded[:500], 1024, epoch=2))
-    assert len(tensors) == len(batches)
-    src, tgt = tensors[0]
-    expected = D.collate([encoded[i] for i in batches[0]])
-    assert torch.equal(src, expected[0]) and torch.equal(tgt, expected[1])

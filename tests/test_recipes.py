@@ -1,4 +1,4 @@
-"""aiayn.recipes, aiayn.train, aiayn.evaluate and aiayn.bench: the pipeline end to end on the smoke preset."""
+"""The pipeline end to end on the smoke preset: recipes, translation, and the three commands."""
 
 from __future__ import annotations
 
@@ -26,20 +26,19 @@ from aiayn.bench import (
 )
 from aiayn.data import EOS, PAD, SHA256
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.recipes import (
-    PRESETS,
-    ResumeError,
-    TrainConfig,
+from aiayn.presets import PRESETS, TrainConfig, get_preset
+from aiayn.recipes import train
+from aiayn.runs import ResumeError
+from aiayn.training import LabelSmoothingLoss, save_checkpoint
+from aiayn.translation import (
     average_checkpoints,
     evaluate,
-    get_preset,
     load_run,
-    train,
     translate,
 )
-from aiayn.training import LabelSmoothingLoss, save_checkpoint
 
 SMOKE = PRESETS["multi30k-smoke"]
+PUBLISHED = Path(__file__).resolve().parents[1].parent / "shared/runs/multi30k-h100"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,7 +81,7 @@ def read_log(run: Path, event: str) -> list[dict]:
 
 def test_smoke_run_writes_its_files_and_the_loss_falls(smoke_run):
     out, summary = smoke_run
-    for name in ("config.json", "tokenizer.model", "checkpoint.pt", "metrics.jsonl", "summary.json"):
+    for name in ("manifest.json", "config.json", "tokenizer.model", "checkpoint.pt", "metrics.jsonl", "summary.json"):
         assert (out / name).is_file(), name
     assert TrainConfig.from_dict(json.loads((out / "config.json").read_text())) == SMOKE
     assert [p.name for p in sorted(out.glob("epoch-*.pt"))] == ["epoch-002.pt", "epoch-003.pt"]  # the last 2 kept
@@ -102,7 +101,7 @@ def test_smoke_run_writes_its_files_and_the_loss_falls(smoke_run):
     assert summary["epochs_done"] == SMOKE.epochs and summary["steps_this_run"] == summary["steps"]
     assert summary["tokens_per_s"] > 0 and summary["device"] == "cpu" and summary["torch"] == torch.__version__
     assert summary["val_loss"] == evals[-1]["val_loss"]
-    assert json.loads((out / "summary.json").read_text()) == summary
+    assert json.loads((out / "summary.json").read_text()) == summary.to_dict()
 
 
 def test_evaluate_scores_the_preset_subset(smoke_run, root):
@@ -114,7 +113,8 @@ def test_evaluate_scores_the_preset_subset(smoke_run, root):
     assert result["bleu"] == pytest.approx(result["sacrebleu"], abs=1e-9)  # our BLEU is sacreBLEU's
     assert result["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert result["ppl"] == pytest.approx(math.exp(result["loss"]))
-    assert json.loads((out / "results.json").read_text())["test2016"] == result
+    assert result.setting == "test2016" and result.hypotheses_file == "test2016.hyp.en"
+    assert json.loads((out / "results.json").read_text())["test2016"] == result.to_dict()
 
 
 def test_evaluate_writes_one_line_per_sentence_of_the_whole_split(smoke_run, root, tmp_path):
@@ -122,12 +122,15 @@ def test_evaluate_writes_one_line_per_sentence_of_the_whole_split(smoke_run, roo
     # to empty strings, each still on its own line.
     out = tmp_path / "run"
     shutil.copytree(smoke_run[0], out)
+    (out / "manifest.json").unlink()  # a folder without a manifest is read as it is (the file is changed below)
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
     checkpoint["model"]["generator.bias"][EOS] = 1e4
     torch.save(checkpoint, out / "checkpoint.pt")
     result = evaluate(out, beam=1, limit=None, average=False, root=root)
     assert result["sentences"] == 1000 and result["checkpoints"] == ["checkpoint.pt"]
-    assert (out / "test2016.hyp.en").read_text() == "\n" * 1000
+    assert result.hypotheses_file == "test2016.beam1.nall.final.hyp.en"
+    assert (out / result.hypotheses_file).read_text() == "\n" * 1000
+    assert (out / "manifest.json").is_file()  # written to, the older folder got its manifest
     assert result["bleu"] == 0.0
 
 
@@ -162,7 +165,7 @@ def test_resume_continues_exactly_where_the_run_stopped(tmp_path, root, cache):
     assert resumed["val_loss"] == pytest.approx(straight["val_loss"], rel=1e-6)
 
     with pytest.raises(ResumeError, match=r"d_model: 64 -> 32"):
-        train(replace(cfg, d_model=32, max_steps=8), tmp_path / "resumed", root=root, device="cpu", progress=False)
+        train(cfg.with_changes(d_model=32, max_steps=8), tmp_path / "resumed", root=root, device="cpu", progress=False)
 
 
 # --- Speed features give the same numbers -----------------------------------------------------------
@@ -265,11 +268,21 @@ def test_presets_and_their_errors():
     with pytest.raises(ValueError, match="amp must be 'auto', 'bf16' or None, got 'fp16'"):
         TrainConfig(amp="fp16")
     with pytest.raises(ValueError, match="d_model must be divisible by h"):
-        TrainConfig(d_model=100, h=8)
+        TrainConfig().with_changes(d_model=100, h=8)
+    assert get_preset("multi30k-smoke", N=1).model.N == 1  # model fields go into cfg.model
     with pytest.raises(ValueError, match="max_tokens must be an integer >= 1, got 0"):
         TrainConfig(max_tokens=0)
     with pytest.raises(ValueError, match=r"unknown TrainConfig fields \['colour'\]"):
         TrainConfig.from_dict({**asdict(SMOKE), "colour": "red"})
+    assert TrainConfig.from_dict(json.loads(json.dumps(SMOKE.to_dict()))) == SMOKE
+
+
+def test_flat_config_of_older_run_folders_is_read():
+    published = json.loads((PUBLISHED / "config.json").read_text())
+    assert "d_model" in published and "model" not in published  # the flat form
+    cfg = TrainConfig.from_dict(published)
+    assert (cfg.model.d_model, cfg.model.N, cfg.vocab_size, cfg.max_len) == (512, 3, 8000, 256)
+    assert cfg.model.share_embeddings and cfg.model.fused_attention
 
 
 def test_average_checkpoints_is_the_mean(tmp_path):
@@ -298,11 +311,14 @@ def test_train_command_rejects_an_unknown_preset(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         train_cli.main(["--preset", "nope", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
-    assert "unknown preset 'nope'; the presets are: multi30k, multi30k-smoke" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == "error: unknown preset 'nope'; the presets are: multi30k, multi30k-smoke\n"
 
 
 def test_evaluate_command_prints_both_scores(smoke_run, root, capsys):
-    evaluate_cli.main([str(smoke_run[0]), "--limit", "5", "--beam", "1", "--data", str(root), "--split", "val"])
+    argv = [str(smoke_run[0]), "--limit", "5", "--beam", "1", "--data", str(root), "--split", "val"]
+    result = evaluate_cli.main(argv)
     printed = capsys.readouterr().out
     assert "our BLEU:" in printed and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
-    assert len((smoke_run[0] / "val.hyp.en").read_text().splitlines()) == 5
+    assert result.hypotheses_file == "val.beam1.n5.hyp.en"
+    assert len((smoke_run[0] / "val.beam1.n5.hyp.en").read_text().splitlines()) == 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -248,15 +249,19 @@ def test_copy_task_learns_to_exact_match():
 def test_fit_records_history_and_uses_default_noam():
     model = tiny_model()
     batches = copy_task_batches(5, 4, 5, V, seed=0)
-    logs = []
-    history = fit(model, batches, epochs=2, progress=False, log=logs.append)
+    states = []
+    history = fit(model, batches, epochs=2, progress=False, hook=states.append)
     assert history.step == list(range(1, 11))
     assert history.epoch == [0] * 5 + [1] * 5
     assert history.tokens == [b.n_tokens for b in batches] * 2
     assert history.lr == pytest.approx([noam_rate(s, 16) for s in range(1, 11)])  # default: Adam + Noam
     assert all(math.isfinite(x) for x in history.loss)
     assert history.tokens_per_second > 0
-    assert [r["step"] for r in logs if r["event"] == "step"] == history.step
+    assert [s.step for s in states if s.event == "step"] == history.step
+    assert [s.loss for s in states if s.event == "step"] == history.loss
+    assert [(s.epoch, s.step) for s in states if s.event == "epoch_end"] == [(0, 5), (1, 10)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        states[0].step = 99  # hooks get a frozen state
     assert model.training
 
 
@@ -360,7 +365,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 def test_checkpoint_save_is_atomic(tmp_path, monkeypatch):
     model, optimizer, scheduler = _setup(0)
-    path = save_checkpoint(tmp_path / "ckpt.pt", model, optimizer, scheduler, step=1)
+    path = save_checkpoint(tmp_path / "ckpt.pt", model, optimizer, scheduler, step=1).path
     before = path.read_bytes()
 
     def broken_save(obj, f):

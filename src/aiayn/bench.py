@@ -56,12 +56,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import cli
 from .attention import set_fused
+from .checks import atomic_write, check_int, resolve_device
 from .compare import to_torch_transformer, torch_masks
 from .data import BOS, EOS, PAD
 from .model import Transformer, TransformerConfig, count_parameters
-from .recipes import PRESETS
-from .training import Batch, LabelSmoothingLoss, make_optimizer
+from .presets import PRESETS
+from .training import Batch, LabelSmoothingLoss, make_optimizer, train_step
 
 __all__ = [
     "PEAK_BF16_TFLOPS",
@@ -242,10 +244,14 @@ def _time_training(
     amp: torch.dtype | None,
     device: torch.device,
 ) -> tuple[float, float]:
-    """The loop every contender runs; returns (seconds of the timed steps, last loss)."""
+    """The loop every contender runs; returns (seconds of the timed steps, last loss).
+
+    Each step is ``training.train_step``, the step ``fit`` takes, without its per-step
+    finiteness check (a device synchronisation that ``fit`` pays and a benchmark should not).
+    """
     optimizer = make_optimizer(
         model, lr=1e-4
-    )  # fused Adam on CUDA; a constant rate is enough here
+    )  # fused Adam on CUDA; a constant rate is enough
     loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD)
     model.train()
     start = 0.0
@@ -253,17 +259,15 @@ def _time_training(
         if i == warmup:
             _synchronize(device)
             start = time.perf_counter()
-        with torch.autocast(
-            device.type, dtype=amp or torch.bfloat16, enabled=amp is not None
-        ):
-            logits = model(
-                batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
-            )  # (B, T, V)
-            loss = loss_fn(logits, batch.tgt_out)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = train_step(
+            model,
+            batch,
+            optimizer,
+            loss_fn,
+            clip_norm=1.0,
+            amp_dtype=amp,
+            check_finite=False,
+        )
     _synchronize(device)
     return time.perf_counter() - start, loss.item()
 
@@ -306,11 +310,7 @@ def run_bench(
         Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens), ``step_ms``, ``tflops``
         (achieved), ``mfu`` (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), sizes, device.
     """
-    device = torch.device(
-        device
-        if device is not None
-        else ("cuda" if torch.cuda.is_available() else "cpu")
-    )
+    device = resolve_device(device)
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise ValueError(
@@ -327,9 +327,20 @@ def run_bench(
     given = dict(d_model=d_model, d_ff=d_ff, h=h, N=N, vocab_size=vocab_size, max_tokens=max_tokens,
                  seq_len=seq_len, steps=steps, warmup=warmup)  # fmt: skip
     size = {k: defaults[k] if v is None else v for k, v in given.items()}
-    if size["steps"] < 1 or size["warmup"] < 0:
+    for name in ("d_model", "d_ff", "h", "N", "seq_len", "steps"):
+        check_int(name, size[name], minimum=1)
+    check_int("warmup", size["warmup"], minimum=0)
+    check_int(
+        "vocab_size", size["vocab_size"], minimum=5
+    )  # ids 0-3 are special, sentences draw 4..V-1
+    check_int(
+        "max_tokens", size["max_tokens"], minimum=2 * (size["seq_len"] + 1)
+    )  # one pair of seq_len + <eos>
+    if peak is not None and not (
+        isinstance(peak, (int, float)) and peak > 0
+    ):
         raise ValueError(
-            f"steps must be >= 1 and warmup >= 0, got steps={size['steps']}, warmup={size['warmup']}"
+            f"peak must be a positive number of TFLOP/s, got {peak!r}"
         )
     amp_dtype = torch.bfloat16 if (cuda if amp is None else amp) else None
     device_name = (
@@ -422,44 +433,57 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Parse ``argv``, run the benchmark, print the table (and write JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m aiayn.bench",
-        description="Training speed of our Transformer (explicit and fused attention) and nn.Transformer.",
+def _parser() -> argparse.ArgumentParser:
+    p = cli.parser(
+        "python -m aiayn.bench",
+        "Training speed of our Transformer (explicit and fused attention) and nn.Transformer.",
     )
-    parser.add_argument(
+    p.add_argument(
         "--device", default=None, help="default cuda when available"
     )
     for flag, name in (("--d-model", "d_model"), ("--d-ff", "d_ff"), ("--heads", "h"), ("--layers", "N"),
-                       ("--vocab", "vocab_size"), ("--max-tokens", "max_tokens"), ("--seq-len", "seq_len"),
-                       ("--steps", "steps"), ("--warmup", "warmup")):  # fmt: skip
-        parser.add_argument(flag, dest=name, type=int, default=None)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument(
+                       ("--max-tokens", "max_tokens"), ("--seq-len", "seq_len"), ("--steps", "steps")):  # fmt: skip
+        p.add_argument(flag, dest=name, type=cli.positive_int, default=None)
+    p.add_argument("--vocab", dest="vocab_size", type=cli.positive_int, default=None,
+                   help="vocabulary size, at least 5 (4 special ids)")  # fmt: skip
+    p.add_argument(
+        "--warmup",
+        type=cli.natural_int,
+        default=None,
+        help="untimed steps first",
+    )
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument(
         "--no-amp", action="store_true", help="no bfloat16 autocast on CUDA"
     )
-    parser.add_argument(
+    p.add_argument(
         "--peak-tflops",
-        type=float,
+        type=cli.positive_float,
         default=None,
         help="the device's peak, for MFU",
     )
-    parser.add_argument(
+    p.add_argument(
         "--threads",
-        type=int,
+        type=cli.positive_int,
         default=None,
         help="CPU threads (torch.set_num_threads)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--json",
         type=Path,
         default=None,
         help="also write the results to this file",
     )
-    args = parser.parse_args(argv)
+    return p
+
+
+def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.json is not None and not args.json.parent.is_dir():
+        raise ValueError(
+            f"--json {args.json}: the folder {args.json.parent} does not exist"
+        )
     sizes = {
         k: getattr(args, k)
         for k in (
@@ -484,8 +508,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     )
     print(format_table(rows))
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        atomic_write(args.json, json.dumps(rows, indent=2) + "\n")
     return rows
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Parse ``argv``, run the benchmark, print the table (and write JSON with ``--json``)."""
+    return cli.run(_parser(), argv, _bench)
 
 
 if __name__ == "__main__":

@@ -303,6 +303,14 @@ def corpus_bleu(
         A ``BLEUResult``.
     """
     _check_options(max_order, smooth, smooth_value)
+    for name, value in (
+        ("hypotheses", hypotheses),
+        ("references", references),
+    ):
+        if value is None:
+            raise TypeError(
+                f"{name}: expected a sequence with one entry per sentence, got None"
+            )
     if isinstance(hypotheses, str):
         raise TypeError(
             "hypotheses: expected a sequence of str, got a single str (wrap it in a list)"
@@ -328,6 +336,10 @@ def corpus_bleu(
         zip(hypotheses, references, strict=True)
     ):
         hyp = _check_text(hyp, f"hypotheses[{i}]")
+        if refs is None:
+            raise TypeError(
+                f"references[{i}]: expected a reference string or a list of them, got None"
+            )
         refs = [refs] if isinstance(refs, str) else list(refs)
         if not refs:
             raise ValueError(
@@ -386,6 +398,10 @@ def sentence_bleu(
         A ``BLEUResult``.
     """
     _check_text(hypothesis, "hypothesis")
+    if references is None:
+        raise TypeError(
+            "references: expected a reference string or a list of them, got None"
+        )
     refs = [references] if isinstance(references, str) else list(references)
     return corpus_bleu(
         [hypothesis],

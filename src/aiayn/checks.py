@@ -1,12 +1,27 @@
-"""Input checks shared by the package: errors that say what was expected and what arrived."""
+"""Input checks shared by the package (errors that say what was expected and what arrived), and one atomic write."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-__all__ = ["check_shape", "check_positive", "check_token_dtype"]
+__all__ = [
+    "check_shape",
+    "check_positive",
+    "check_token_dtype",
+    "check_int",
+    "atomic_write",
+    "AtomicWriter",
+    "WrittenFile",
+    "sha256_file",
+    "resolve_device",
+]
 
 
 def _fmt(shape: Sequence[int | None]) -> str:
@@ -72,3 +87,164 @@ def check_token_dtype(tokens: torch.Tensor, name: str = "tokens") -> None:
         raise TypeError(
             f"{name}: expected an integer tensor of token ids (torch.long), got dtype {tokens.dtype}"
         )
+
+
+def check_int(
+    name: str,
+    value: object,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    """Raise a ``ValueError`` unless ``value`` is an integer (not a bool) within ``[minimum, maximum]``.
+
+    Args:
+        name: how the value is called in the error message (``"--limit"``, ``"beam"``).
+        value: the value to check.
+        minimum, maximum: inclusive bounds; ``None`` leaves that side open.
+
+    Returns:
+        ``value`` itself.
+    """
+    ok = not isinstance(value, bool) and isinstance(value, int)
+    ok = (
+        ok
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+    if not ok:
+        if minimum is not None and maximum is not None:
+            wanted = f"an integer in [{minimum}, {maximum}]"
+        elif minimum is not None:
+            wanted = f"an integer >= {minimum}"
+        elif maximum is not None:
+            wanted = f"an integer <= {maximum}"
+        else:
+            wanted = "an integer"
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """What an atomic write wrote: the final path, its size in bytes and its SHA-256 (hex)."""
+
+    path: Path
+    size: int
+    sha256: str
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+TMP_SUFFIX = ".tmp"  # temporary files are ".<name>.<random>.tmp" beside their destination
+
+
+class AtomicWriter:
+    """Write a file so that readers see the old file or the whole new one, never a part.
+
+    The bytes go to a temporary ``.<name>.<random>.tmp`` in the same folder and are hashed on
+    the way (no second read). ``finish()`` flushes them to disk and returns the ``WrittenFile``
+    still under the temporary name, so that a manifest can note what is coming; leaving the
+    ``with`` block renames the file over ``path`` (``os.replace``). On any error, Ctrl-C
+    included, the temporary file is removed; only a killed process can leave one behind, and
+    ``aiayn.runs`` removes those of its own files.
+
+        with AtomicWriter(path) as w:
+            w.write(data)
+            manifest.expect(w.finish())   # optional
+        w.written                         # path, size, SHA-256
+
+    Args:
+        path: destination file; its folder must exist.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.written: WrittenFile | None = None
+
+    def __enter__(self) -> AtomicWriter:
+        fd, self.tmp = tempfile.mkstemp(
+            dir=self.path.parent,
+            prefix=f".{self.path.name}.",
+            suffix=TMP_SUFFIX,
+        )
+        os.chmod(
+            fd, 0o666 & ~_UMASK
+        )  # as open() would create it, not mkstemp's 0o600
+        self.f = os.fdopen(fd, "wb")
+        self.hash, self.size = hashlib.sha256(), 0
+        return self
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append ``data``, hashing it in 8 MiB pieces as they are written."""
+        view = memoryview(data).cast("B")
+        for i in range(0, len(view), 1 << 23):
+            piece = view[i : i + (1 << 23)]
+            self.hash.update(piece)
+            self.f.write(piece)
+            self.size += len(piece)
+
+    def finish(self) -> WrittenFile:
+        """Flush to disk; the file keeps its temporary name until the ``with`` block ends."""
+        if self.written is None:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
+            self.written = WrittenFile(
+                self.path, self.size, self.hash.hexdigest()
+            )
+        return self.written
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            try:
+                self.finish()
+                os.replace(self.tmp, self.path)
+                return
+            except BaseException:
+                Path(self.tmp).unlink(missing_ok=True)
+                raise
+        self.f.close()
+        Path(self.tmp).unlink(missing_ok=True)
+
+
+def atomic_write(
+    path: str | os.PathLike, content: bytes | bytearray | memoryview | str
+) -> WrittenFile:
+    """Write ``content`` (text as UTF-8) to ``path`` atomically; see ``AtomicWriter``.
+
+    Returns:
+        A ``WrittenFile`` with the path, size and SHA-256 of what was written.
+    """
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    with AtomicWriter(path) as w:
+        w.write(data)
+    return w.written
+
+
+def sha256_file(path: str | os.PathLike) -> tuple[int, str]:
+    """Size and SHA-256 (hex) of a file, read in 1 MiB pieces."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    """``device``, checked to exist here; ``None`` gives CUDA when available, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as err:
+        cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        raise ValueError(
+            f"device {str(device)!r} cannot be used here ({str(err).splitlines()[0]}); "
+            f"available: {', '.join(['cpu', *cuda])}. Pass one of them with --device"
+        ) from None
+    return device

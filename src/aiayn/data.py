@@ -22,13 +22,13 @@ import json
 import os
 import random
 import tempfile
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
-from torch.utils.data import Sampler
 
 __all__ = [
     "PAD",
@@ -50,9 +50,7 @@ __all__ = [
     "pair_lengths",
     "make_batches",
     "padding_fraction",
-    "TokenBucketSampler",
     "collate",
-    "iter_batches",
 ]
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -95,11 +93,20 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
     The cache directory honours ``$XDG_CACHE_HOME``.
     """
     if root is not None:
-        return Path(root).expanduser()
-    env = os.environ.get("AIAYN_DATA")
-    if env:
-        return Path(env).expanduser()
-    return _cache_home() / "aiayn" / "multi30k"
+        path, source = Path(root).expanduser(), "root"
+    elif os.environ.get("AIAYN_DATA"):
+        path, source = (
+            Path(os.environ["AIAYN_DATA"]).expanduser(),
+            "AIAYN_DATA",
+        )
+    else:
+        return _cache_home() / "aiayn" / "multi30k"
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(
+            f"{source}={path} is a file; expected the folder that holds the six Multi30k "
+            f"files ({', '.join(SHA256)}): point {source} at that folder"
+        )
+    return path
 
 
 _VERIFIED: dict[
@@ -119,9 +126,26 @@ def _sha256_file(path: Path) -> str:
     return _VERIFIED[key]
 
 
-def _urlopen_bytes(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=60) as response:
-        return response.read()
+DOWNLOAD_DEADLINE_S = 300.0  # a whole file, not one read: a server trickling bytes is cut off too
+
+
+def _urlopen_bytes(
+    url: str, deadline_s: float = DOWNLOAD_DEADLINE_S
+) -> bytes:
+    """The bytes at ``url``; ``TimeoutError`` when the whole download takes over ``deadline_s``."""
+    stop = time.monotonic() + deadline_s
+    chunks = []
+    with urllib.request.urlopen(
+        url, timeout=min(30.0, deadline_s)
+    ) as response:
+        while chunk := response.read(1 << 16):
+            chunks.append(chunk)
+            if time.monotonic() > stop:
+                raise TimeoutError(
+                    f"downloading {url} took over {deadline_s:.0f} s "
+                    f"({sum(map(len, chunks)):,} bytes so far)"
+                )
+    return b"".join(chunks)
 
 
 def _download(
@@ -155,9 +179,12 @@ def _unavailable_message(
 ) -> str:
     lines = [
         f"Multi30k files are missing from {directory} and could not be downloaded ({reason}).",
-        "Needed:",
+        f"A run needs all six: {', '.join(SHA256)}; missing here:",
     ]
-    lines += [f"  {name}  <-  {BASE_URL}{name}" for name in missing]
+    absent = [
+        n for n in SHA256 if n in missing or not (directory / n).is_file()
+    ]
+    lines += [f"  {name}  <-  {BASE_URL}{name}" for name in absent]
     lines.append(
         f"Download them by hand into {directory}, or point the AIAYN_DATA environment variable "
         "(or the root= argument) at a folder that holds them."
@@ -277,9 +304,19 @@ class Tokenizer:
 
     def __init__(self, model_file: str | os.PathLike):
         self.model_file = Path(model_file)
-        self.sp = _spm().SentencePieceProcessor(
-            model_file=str(self.model_file)
-        )
+        if not self.model_file.is_file():
+            raise FileNotFoundError(
+                f"{self.model_file}: no such tokenizer model file"
+            )
+        try:
+            self.sp = _spm().SentencePieceProcessor(
+                model_file=str(self.model_file)
+            )
+        except (RuntimeError, OSError) as err:
+            raise ValueError(
+                f"{self.model_file} is not a sentencepiece model (damaged or truncated: "
+                f"{str(err).splitlines()[0] if str(err) else type(err).__name__})"
+            ) from None
         got = (
             self.sp.pad_id(),
             self.sp.bos_id(),
@@ -467,7 +504,12 @@ def train_tokenizer(
         / f"spm-{model_type}-{vocab_size}-{h.hexdigest()[:16]}.model"
     )
     if path.is_file():
-        return Tokenizer(path)
+        try:
+            return Tokenizer(path)
+        except (
+            ValueError
+        ):  # a damaged cache entry (e.g. a full disk): learn it again below
+            pass
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -608,52 +650,6 @@ def padding_fraction(
     return 1.0 - real / padded
 
 
-class TokenBucketSampler(Sampler):
-    """``make_batches`` as a batch sampler: ``DataLoader(pairs, batch_sampler=sampler, collate_fn=collate)``.
-
-    Call ``set_epoch(epoch)`` before each epoch to get that epoch's batches.
-
-    Args:
-        encoded_pairs: ``(source ids, target ids)`` per pair.
-        max_tokens: budget of padded source plus target positions per batch.
-        shuffle: as in ``make_batches``.
-        seed: as in ``make_batches``.
-    """
-
-    def __init__(
-        self,
-        encoded_pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-        max_tokens: int,
-        shuffle: bool = True,
-        seed: int = 0,
-    ):
-        self.encoded_pairs = encoded_pairs
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 0
-        self._batches = make_batches(
-            encoded_pairs, max_tokens, shuffle, seed, 0
-        )
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose batches ``__iter__`` yields."""
-        self.epoch = epoch
-        self._batches = make_batches(
-            self.encoded_pairs,
-            self.max_tokens,
-            self.shuffle,
-            self.seed,
-            epoch,
-        )
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._batches)
-
-    def __len__(self) -> int:
-        return len(self._batches)
-
-
 def collate(
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
     pad_id: int = PAD,
@@ -693,23 +689,3 @@ def collate(
             else out
         )
     return sides[0], sides[1]
-
-
-def iter_batches(
-    encoded_pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-    max_tokens: int,
-    shuffle: bool = True,
-    seed: int = 0,
-    epoch: int = 0,
-    pin_memory: bool = False,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch of padded ``(src (B, S), tgt (B, T))`` batches: ``make_batches`` followed by ``collate``.
-
-    ``lambda epoch: iter_batches(pairs, 4096, epoch=epoch)`` gives fresh batches for every epoch.
-    """
-    for batch in make_batches(
-        encoded_pairs, max_tokens, shuffle, seed, epoch
-    ):
-        yield collate(
-            [encoded_pairs[i] for i in batch], pin_memory=pin_memory
-        )

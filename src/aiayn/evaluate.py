@@ -1,49 +1,54 @@
 """Translate a test split with a trained run and score it, with our BLEU and with sacreBLEU.
 
     python -m aiayn.evaluate runs/base --split test2016 --beam 4 --length-penalty 0.6
+    python -m aiayn.evaluate ../shared/runs/multi30k-h100 --limit 100 --out scores/h100   # a read-only run
 
-Writes ``runs/base/test2016.hyp.en`` (one detokenized translation per line) and ``runs/base/results.json``.
+Each decoding setting keeps its own entry in ``results.json`` and its own translations file:
+``test2016.hyp.en`` for the run's own setting, ``test2016.beam1.hyp.en`` for greedy decoding, and so on
+(``aiayn.translation.setting_name``). ``--out`` writes them elsewhere (the run folder is only read).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
+from . import cli
 from .data import SPLITS
-from .recipes import evaluate
+from .translation import EvalResult, evaluate
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m aiayn.evaluate",
-        description="Score a run folder written by python -m aiayn.train.",
+    p = cli.parser(
+        "python -m aiayn.evaluate",
+        "Score a run folder written by python -m aiayn.train.",
     )
-    parser.add_argument("run_dir", help="the run folder, e.g. runs/base")
-    parser.add_argument(
+    p.add_argument("run_dir", help="the run folder, e.g. runs/base")
+    p.add_argument(
         "--split",
         default="test2016",
         choices=sorted(SPLITS),
         help="default test2016",
     )
-    parser.add_argument(
+    p.add_argument(
         "--beam",
-        type=int,
+        type=cli.positive_int,
         default=None,
-        help="beam size (default: the run's config; 1 = greedy)",
+        help="beam size (default: the run's; 1 = greedy)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--length-penalty",
-        type=float,
+        type=cli.nonnegative_float,
         default=None,
-        help="alpha (default: the run's config)",
+        help="alpha (default: the run's)",
     )
-    group = parser.add_mutually_exclusive_group()
+    group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--limit",
-        type=int,
+        type=cli.positive_int,
         default=None,
         help="score only the first N sentences",
     )
@@ -52,29 +57,32 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="score every sentence, even if the preset uses a subset",
     )
-    parser.add_argument(
+    p.add_argument(
         "--batch-size",
-        type=int,
+        type=cli.positive_int,
         default=128,
         help="sentences per decoding batch",
     )
-    parser.add_argument(
+    p.add_argument(
         "--device", default=None, help="default cuda when available"
     )
-    parser.add_argument(
+    p.add_argument(
         "--data", default=None, help="Multi30k folder (default $AIAYN_DATA)"
     )
-    parser.add_argument(
+    p.add_argument(
         "--no-average",
         action="store_true",
         help="use the final weights, not the average",
     )
-    return parser
+    p.add_argument(
+        "--out",
+        default=None,
+        help="write results.json and translations here (default: the run folder)",
+    )
+    return p
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Parse ``argv``, evaluate, print the scores and return the results."""
-    args = _parser().parse_args(argv)
+def _evaluate(args: argparse.Namespace) -> EvalResult:
     limit = (
         None
         if args.all
@@ -91,21 +99,27 @@ def main(argv: Sequence[str] | None = None) -> dict:
         root=args.data,
         average=not args.no_average,
         log=print,
+        out_dir=args.out,
     )
-    print(f"weights: mean of {', '.join(result['checkpoints'])}")
-    hyp_file = f"{args.run_dir}/{args.split}.hyp.en"
+    hyp_file = Path(args.out or args.run_dir) / result.hypotheses_file
+    print(f"weights: mean of {', '.join(result.checkpoints)}")
     print(
-        f"translated {result['sentences']} sentences in {result['decode_s']:.1f} s -> {hyp_file}"
+        f"translated {result.sentences} sentences in {result.decode_s:.1f} s -> {hyp_file}"
     )
-    print(f"our BLEU:   {result['bleu']:.2f}   {result['bleu_detail']}")
-    if result["sacrebleu"] is None:
+    print(f"our BLEU:   {result.bleu:.2f}   {result.bleu_detail}")
+    if result.sacrebleu is None:
         print("sacreBLEU:  not installed (pip install sacrebleu)")
     else:
-        print(
-            f"sacreBLEU:  {result['sacrebleu']:.2f}   {result['signature']}"
-        )
-    print(f"loss {result['loss']:.3f}, perplexity {result['ppl']:.2f}")
+        print(f"sacreBLEU:  {result.sacrebleu:.2f}   {result.signature}")
+    print(
+        f"loss {result.loss:.3f}, perplexity {result.ppl:.2f}; saved as {result.setting!r} in results.json"
+    )
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> EvalResult:
+    """Parse ``argv``, evaluate, print the scores and return the result."""
+    return cli.run(_parser(), argv, _evaluate)
 
 
 if __name__ == "__main__":

@@ -3,117 +3,156 @@
     python -m aiayn.train --preset multi30k --out runs/base
     python -m aiayn.train --preset multi30k-smoke --out runs/smoke --device cpu
     python -m aiayn.train --preset multi30k --out runs/base --max-steps 500   # stop early, resume later
+    python -m aiayn.train --preset multi30k --out runs/base --no-resume --overwrite   # train it again
 
-The run folder gets ``config.json``, ``metrics.jsonl``, ``checkpoint.pt``, the last epochs' weights and
-``tokenizer.model`` (see ``aiayn.recipes``). Score it with ``python -m aiayn.evaluate runs/base``.
+``--out`` must be a new or empty folder, or a run folder this command wrote (``aiayn.runs``): it
+gets ``manifest.json``, ``config.json``, ``metrics.jsonl``, ``checkpoint.pt``, the last epochs'
+weights and ``tokenizer.model``. Ctrl-C saves a checkpoint and exits; the same command resumes.
+Score the run with ``python -m aiayn.evaluate runs/base``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from .recipes import PRESETS, ResumeError, get_preset, train
+from . import cli
+from .presets import PRESETS, TrainConfig, get_preset
+from .recipes import RunSummary, TrainingInterrupted, train
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m aiayn.train",
-        description="Train a Transformer on Multi30k de->en from a preset. Running it again resumes the run.",
+    p = cli.parser(
+        "python -m aiayn.train",
+        "Train a Transformer on Multi30k de->en from a preset. Running it again resumes the run.",
     )
-    parser.add_argument(
+    p.add_argument(
         "--preset",
         default="multi30k",
         help=f"one of: {', '.join(PRESETS)} (default multi30k)",
     )
-    parser.add_argument(
-        "--out", required=True, help="run folder, e.g. runs/base"
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a config.json (a TrainConfig) instead of a preset",
     )
-    parser.add_argument(
+    p.add_argument(
+        "--out",
+        required=True,
+        help="run folder: new, empty, or one this command wrote",
+    )
+    p.add_argument(
         "--data",
         default=None,
         help="Multi30k folder (default $AIAYN_DATA or ~/.cache/aiayn/multi30k)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--device",
         default=None,
         help="cuda, cpu, cuda:1 ... (default cuda when available)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--max-steps",
-        type=int,
+        type=cli.positive_int,
         default=None,
-        help="stop after this many optimizer steps in total",
+        help="stop after this many steps in total",
     )
-    parser.add_argument(
+    p.add_argument(
         "--epochs",
-        type=int,
+        type=cli.positive_int,
         default=None,
-        help="override the preset's number of epochs",
+        help="override the number of epochs",
     )
-    parser.add_argument(
+    p.add_argument("--checkpoint-minutes", type=cli.positive_float, default=None,
+                   help="also save a checkpoint after this many minutes inside an epoch")  # fmt: skip
+    p.add_argument(
         "--compile", action="store_true", help="torch.compile the model"
     )
-    parser.add_argument(
+    p.add_argument(
         "--no-resume",
         action="store_true",
-        help="start afresh, replacing the run's files",
+        help="start afresh instead of continuing the run",
     )
-    parser.add_argument(
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="with --no-resume: replace a trained run's files",
+    )
+    p.add_argument(
         "--no-progress", action="store_true", help="no progress bar"
     )
-    return parser
+    return p
 
 
 def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Parse ``argv`` (default ``sys.argv[1:]``), train, print a summary and return it."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+def _config(args: argparse.Namespace) -> TrainConfig:
     overrides = {}
-    if args.max_steps is not None:
-        overrides["max_steps"] = args.max_steps
-    if args.epochs is not None:
-        overrides["epochs"] = args.epochs
+    for name in ("max_steps", "epochs", "checkpoint_minutes"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     if args.compile:
         overrides["compile"] = True
+    if args.config is None:
+        return get_preset(args.preset, **overrides)
+    path = Path(args.config)
     try:
-        cfg = get_preset(args.preset, **overrides)
-    except ValueError as err:
-        parser.error(str(err))
-    try:
-        summary = train(
-            cfg,
-            args.out,
-            root=args.data,
-            device=args.device,
-            progress=not args.no_progress,
-            resume=not args.no_resume,
+        values = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"--config {path} cannot be read as JSON ({err})"
+        ) from None
+    return TrainConfig.from_dict(values).with_changes(**overrides)
+
+
+def _train(args: argparse.Namespace) -> RunSummary:
+    if not args.out.strip():
+        raise cli.UsageError(
+            "--out must name a folder, got an empty string; e.g. --out runs/base"
         )
-    except (
-        ResumeError
-    ) as err:  # the run folder was trained with other settings
-        parser.error(str(err))
+    if args.overwrite and not args.no_resume:
+        raise cli.UsageError(
+            "--overwrite replaces a trained run and goes with --no-resume"
+        )
+    cfg = _config(args)
+    summary = train(
+        cfg,
+        args.out,
+        root=args.data,
+        device=args.device,
+        progress=not args.no_progress,
+        resume=not args.no_resume,
+        overwrite=args.overwrite,
+        log=print,
+    )
     val = (
         "n/a"
-        if summary["val_loss"] is None
-        else f"{summary['val_loss']:.3f} (ppl {summary['val_ppl']:.2f})"
+        if summary.val_loss is None
+        else f"{summary.val_loss:.3f} (ppl {summary.val_ppl:.2f})"
     )
     print(
-        f"{cfg.name}: {summary['steps']} steps ({summary['steps_this_run']} now) in {summary['wall_s']:.1f} s "
-        f"on {summary['device_name']}, torch {summary['torch']}\n"
-        f"  {summary['tokens_per_s']:,.0f} target tokens/s, {summary['parameters']:,} parameters\n"
-        f"  train loss {_num(summary['loss_first'])} -> {_num(summary['loss_last'])}; val loss {val}\n"
-        f"  run folder: {summary['out_dir']}   next: python -m aiayn.evaluate {summary['out_dir']}",
+        f"{cfg.name}: {summary.steps} steps ({summary.steps_this_run} now) in {summary.wall_s:.1f} s "
+        f"on {summary.device_name}, torch {summary.torch}\n"
+        f"  {summary.tokens_per_s:,.0f} target tokens/s, {summary.parameters:,} parameters\n"
+        f"  train loss {_num(summary.loss_first)} -> {_num(summary.loss_last)}; val loss {val}\n"
+        f"  run folder: {summary.out_dir}   next: python -m aiayn.evaluate {summary.out_dir}",
         file=sys.stdout,
     )
     return summary
+
+
+def main(argv: Sequence[str] | None = None) -> RunSummary:
+    """Parse ``argv`` (default ``sys.argv[1:]``), train, print a summary and return it."""
+    return cli.run(
+        _parser(), argv, _train, interrupted=(TrainingInterrupted,)
+    )
 
 
 if __name__ == "__main__":

@@ -4,17 +4,21 @@ Section 5.3 trains with Adam (β1 = 0.9, β2 = 0.98, ε = 1e-9) and a learning r
 for ``warmup`` steps and then decays with the inverse square root of the step ("Noam" schedule).
 Section 5.4 smooths the labels with ε_ls = 0.1.
 
+Read top to bottom: the schedule, the loss, batches, checkpoints, one ``train_step``, and ``fit``,
+which runs epochs of steps, evaluates, saves and resumes, telling a ``hook`` what happened.
+
     B  batch        S  source length        T  target length        V, C  vocabulary size (classes)
     N  number of target tokens in a flattened batch
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_positive, check_token_dtype
+from .checks import (
+    AtomicWriter,
+    WrittenFile,
+    atomic_write,
+    check_positive,
+    check_token_dtype,
+)
+from .data import BOS, PAD, collate, make_batches
 from .masks import decoder_mask, padding_mask, shift_right
 
 __all__ = [
@@ -33,10 +44,17 @@ __all__ = [
     "LabelSmoothingLoss",
     "Batch",
     "copy_task_batches",
-    "History",
-    "fit",
+    "EpochBatches",
+    "eval_batches",
+    "mean_loss",
+    "checkpoint_bytes",
     "save_checkpoint",
+    "read_checkpoint",
     "load_checkpoint",
+    "train_step",
+    "History",
+    "FitState",
+    "fit",
 ]
 
 
@@ -63,7 +81,19 @@ def noam_rate(
             "which passes step + 1)"
         )
     check_positive(d_model=d_model, warmup=warmup)
+    _check_factor(factor)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def _check_factor(factor: float) -> None:
+    if (
+        isinstance(factor, bool)
+        or not isinstance(factor, (int, float))
+        or not factor > 0
+    ):
+        raise ValueError(
+            f"factor must be a positive number (it scales the whole rate), got {factor!r}"
+        )
 
 
 def noam_scheduler(
@@ -87,6 +117,7 @@ def noam_scheduler(
         factor: multiplier on the schedule.
     """
     check_positive(d_model=d_model, warmup=warmup)
+    _check_factor(factor)
 
     def rate(step: int) -> float:
         return noam_rate(step + 1, d_model, warmup, factor)
@@ -192,6 +223,13 @@ class LabelSmoothingLoss(nn.Module):
         )  # (N, C)
         target = target.reshape(-1)  # (N,)
         keep = target != self.ignore_index  # (N,)
+        outside = keep & ((target < 0) | (target >= C))  # (N,)
+        if bool(outside.any()):
+            bad = target[outside][:5].tolist()
+            raise ValueError(
+                f"target: expected class ids in [0, {C}) (or ignore_index={self.ignore_index}), "
+                f"got {bad}"
+            )
         safe_target = torch.where(
             keep, target, torch.zeros_like(target)
         )  # any valid id where ignored
@@ -356,6 +394,15 @@ def copy_task_batches(
         seq_len=seq_len,
         vocab_size=vocab_size,
     )
+    for name, value in (
+        ("pad_id", pad_id),
+        ("bos_id", bos_id),
+        ("eos_id", eos_id),
+    ):
+        if not 0 <= value < vocab_size:
+            raise ValueError(
+                f"{name} must be an id in [0, vocab_size={vocab_size}), got {value}"
+            )
     first = max(pad_id, bos_id, eos_id) + 1
     if vocab_size <= first:
         raise ValueError(
@@ -383,11 +430,109 @@ def copy_task_batches(
     return batches
 
 
+# --- Batches of a corpus ---------------------------------------------------------------------------
+
+
+def _pinned(batch: Batch) -> Batch:
+    tensors = {
+        f.name: getattr(batch, f.name).pin_memory()
+        for f in fields(batch)
+        if f.name != "n_tokens"
+    }
+    return replace(batch, **tensors)
+
+
+IdPairs = Sequence[tuple[Sequence[int], Sequence[int]]]
+
+
+class EpochBatches:
+    """The training batches of each epoch, for ``fit``: called with an epoch, it yields its ``Batch``es.
+
+    ``make_batches`` draws the order from ``(seed, epoch)``, so iterating an epoch again gives the
+    same batches, which ``fit`` needs to resume in the middle of one. ``len()`` (epoch 0's count)
+    sizes the progress bar.
+
+    Args:
+        pairs: ``(source ids, target ids)`` per pair, without ``<eos>``.
+        max_tokens: padded positions per batch.
+        seed: the batch-order seed.
+        pin_memory: pin each batch's tensors (only when CUDA is available).
+    """
+
+    def __init__(
+        self,
+        pairs: IdPairs,
+        max_tokens: int,
+        seed: int = 0,
+        pin_memory: bool = False,
+    ):
+        self.pairs, self.max_tokens, self.seed = pairs, max_tokens, seed
+        self.pin_memory = pin_memory and torch.cuda.is_available()
+        self._indices: dict[int, list[list[int]]] = {}
+
+    def indices(self, epoch: int) -> list[list[int]]:
+        """Pair indices of each batch of ``epoch``."""
+        if epoch not in self._indices:
+            self._indices[epoch] = make_batches(
+                self.pairs, self.max_tokens, seed=self.seed, epoch=epoch
+            )
+        return self._indices[epoch]
+
+    def __len__(self) -> int:
+        return len(self.indices(0))
+
+    def __call__(self, epoch: int) -> Iterator[Batch]:
+        for batch in self.indices(epoch):
+            src, tgt = collate(
+                [self.pairs[i] for i in batch]
+            )  # (B, S), (B, T)
+            out = Batch.make(src, tgt, PAD, BOS)
+            yield _pinned(out) if self.pin_memory else out
+
+
+def eval_batches(pairs: IdPairs, max_tokens: int) -> list[Batch]:
+    """The pairs in batches of at most ``max_tokens`` padded positions, in a fixed order."""
+    return [
+        Batch.make(*collate([pairs[i] for i in batch]), PAD, BOS)
+        for batch in make_batches(pairs, max_tokens, shuffle=False)
+    ]
+
+
+@torch.no_grad()
+def mean_loss(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    amp_dtype: torch.dtype | None = None,
+) -> float:
+    """Per-token cross-entropy (no smoothing) of ``model`` on ``batches``, teacher forced, in eval mode.
+
+    The model's training mode is restored afterwards.
+    """
+    device = next(model.parameters()).device
+    pad_id = getattr(getattr(model, "config", None), "pad_id", PAD)
+    loss_fn = LabelSmoothingLoss(0.0, ignore_index=pad_id, reduction="sum")
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    for batch in batches:
+        batch = batch.to(device, non_blocking=True)
+        with _autocast(device, amp_dtype):
+            logits = model(
+                batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
+            )  # (B, T, V)
+        total += float(loss_fn(logits.float(), batch.tgt_out))
+        tokens += batch.n_tokens
+    model.train(was_training)
+    if tokens == 0:
+        raise ValueError("mean_loss: the batches hold no target tokens")
+    return total / tokens
+
+
 # --- Checkpoints ----------------------------------------------------------------------------------
 
 
 def _rng_state() -> dict[str, Any]:
-    """The torch random states (CPU and every CUDA device) as tensors, so ``weights_only`` loading accepts them."""
+    """The torch random states (CPU and every CUDA device), as ``weights_only`` loading accepts."""
     state: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -400,34 +545,15 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(
-    path: str | os.PathLike,
+def checkpoint_bytes(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     step: int = 0,
     epoch: int = 0,
     extra: dict[str, Any] | None = None,
-) -> Path:
-    """Write model, optimizer and scheduler states, the position and the torch RNG states to ``path``, atomically.
-
-    The file is written to a temporary name in the same folder and then renamed over ``path``
-    (``os.replace``), so an interrupted save never leaves a half-written checkpoint behind.
-    Everything stored is a tensor or a plain container of numbers and strings, which is what
-    ``torch.load(..., weights_only=True)`` accepts.
-
-    Args:
-        path: destination file.
-        model: its ``state_dict`` is saved.
-        optimizer, scheduler: saved when given.
-        step: optimizer steps done so far.
-        epoch: the current epoch (0-based).
-        extra: more tensors, numbers, strings, lists or dicts to keep (e.g. the config as a dict).
-
-    Returns:
-        ``path`` as a ``Path``.
-    """
-    path = Path(path)
+) -> memoryview:
+    """The checkpoint ``save_checkpoint`` writes, serialized in memory (``torch.save``)."""
     checkpoint = {
         "model": model.state_dict(),
         "optimizer": None if optimizer is None else optimizer.state_dict(),
@@ -437,56 +563,173 @@ def save_checkpoint(
         "rng": _rng_state(),
         "extra": {} if extra is None else extra,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    return buffer.getbuffer()
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    step: int = 0,
+    epoch: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> WrittenFile:
+    """Write model, optimizer and scheduler states, the position and the RNG states, atomically.
+
+    ``checks.atomic_write`` writes a temporary file in the same folder, hashing the bytes on the
+    way, and renames it over ``path``: an interrupted save never leaves a half-written checkpoint.
+    Everything stored is a tensor or a plain container of numbers and strings, which is what
+    ``torch.load(..., weights_only=True)`` accepts.
+
+    Args:
+        path: destination file.
+        model: its ``state_dict`` is saved.
+        optimizer, scheduler: saved when given.
+        step: optimizer steps done so far.
+        epoch: the current epoch (0-based).
+        extra: more tensors, numbers, strings, lists or dicts to keep.
+
+    Returns:
+        The ``WrittenFile`` (``.path``, ``.size``, ``.sha256``); it also works as a path.
+    """
+    data = checkpoint_bytes(model, optimizer, scheduler, step, epoch, extra)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, data)
+
+
+def read_checkpoint(
+    source: str | os.PathLike | bytes, name: str | None = None
+) -> dict[str, Any]:
+    """``torch.load(..., weights_only=True)`` of a file (or its bytes), with errors that name the file.
+
+    Args:
+        source: the file, or its bytes already read (and checked) by the caller.
+        name: how the file is called in errors (default: the path).
+    """
+    label = name or str(source)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        data = (
+            source
+            if isinstance(source, bytes)
+            else Path(source).read_bytes()
+        )
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{label}: no such checkpoint file"
+        ) from None
+    try:
+        checkpoint = torch.load(
+            io.BytesIO(data), map_location="cpu", weights_only=True
+        )
+    except Exception as err:  # zipfile, pickle and torch errors alike
+        raise ValueError(
+            f"{label} cannot be read as a checkpoint ({type(err).__name__}: {err}); "
+            "it is truncated or damaged: restore it, or start the run afresh"
+        ) from None
+    if not isinstance(checkpoint, dict) or "model" not in checkpoint:
+        raise ValueError(
+            f"{label} is not a checkpoint of aiayn.training.save_checkpoint "
+            "(expected a dict with a 'model' state)"
+        )
+    return checkpoint
 
 
 def load_checkpoint(
-    path: str | os.PathLike,
+    path: str | os.PathLike | bytes,
     model: nn.Module | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    map_location: torch.device | str = "cpu",
+    name: str | None = None,
 ) -> dict[str, Any]:
     """Read a checkpoint written by ``save_checkpoint`` and load it into the objects given.
 
-    Loading uses ``torch.load(path, weights_only=True)``, which cannot run code from the file. The
+    Loading uses ``torch.load(..., weights_only=True)``, which cannot run code from the file. The
     RNG states are returned, not applied (``fit`` applies them when it resumes).
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file (or its bytes).
         model, optimizer, scheduler: loaded in place when given.
-        map_location: where tensors are first placed; ``load_state_dict`` then copies them to
-            each parameter's device.
+        name: how the file is called in errors (default: the path).
 
     Returns:
         The checkpoint dict: ``model``, ``optimizer``, ``scheduler``, ``step``, ``epoch``, ``rng``, ``extra``.
     """
-    checkpoint = torch.load(
-        path, map_location=map_location, weights_only=True
-    )
-    if model is not None:
-        model.load_state_dict(checkpoint["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler")):
-        if obj is not None:
-            if checkpoint[key] is None:
-                raise ValueError(
-                    f"{path}: the checkpoint holds no {key} state, but a {key} was given to load into"
-                )
-            obj.load_state_dict(checkpoint[key])
+    label = name or str(path)
+    checkpoint = read_checkpoint(path, label)
+    try:
+        if model is not None:
+            model.load_state_dict(checkpoint["model"])
+        for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler")):
+            if obj is not None:
+                if checkpoint.get(key) is None:
+                    raise ValueError(
+                        f"{label}: the checkpoint holds no {key} state, "
+                        f"but a {key} was given to load into"
+                    )
+                obj.load_state_dict(checkpoint[key])
+    except (RuntimeError, KeyError) as err:
+        raise ValueError(
+            f"{label} does not fit this model ({type(err).__name__}: "
+            f"{str(err).splitlines()[0]}); was it written by another run?"
+        ) from None
     return checkpoint
+
+
+# --- One training step ----------------------------------------------------------------------------
+
+
+def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
+    return torch.autocast(
+        device.type,
+        dtype=amp_dtype or torch.bfloat16,
+        enabled=amp_dtype is not None,
+    )
+
+
+def train_step(
+    model: nn.Module,
+    batch: Batch,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    clip_norm: float | None = 1.0,
+    amp_dtype: torch.dtype | None = None,
+    check_finite: bool = True,
+) -> torch.Tensor:
+    """One optimizer step: forward (under autocast), loss, backward, clipping, update, schedule.
+
+    Args:
+        model: called as ``model(src, tgt_in, src_mask, tgt_mask) -> logits (B, T, V)``.
+        batch: a ``Batch`` on the model's device.
+        optimizer, scheduler: the scheduler (if any) is stepped after the optimizer.
+        loss_fn: ``(logits (B, T, V), tgt_out (B, T)) -> scalar``.
+        clip_norm: clip the gradient norm to this value (``None``: no clipping).
+        amp_dtype: ``torch.bfloat16`` for autocast, ``None`` for full precision.
+        check_finite: read the loss before the update and raise ``FloatingPointError`` when it is
+            NaN or infinite (one device synchronisation per step; the benchmark turns it off).
+
+    Returns:
+        The loss, detached (a 0-dim tensor on the model's device).
+    """
+    device = batch.tgt_out.device
+    with _autocast(device, amp_dtype):
+        logits = model(
+            batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
+        )  # (B, T, V)
+        loss = loss_fn(logits, batch.tgt_out)
+    if check_finite and not math.isfinite(loss.item()):
+        raise FloatingPointError(f"loss is {loss.item()}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.detach()
 
 
 # --- The training loop ----------------------------------------------------------------------------
@@ -503,7 +746,7 @@ class History:
         lr: the learning rate used by each step.
         tokens: target tokens in each step's batch.
         seconds: wall-clock time of each step.
-        evals: ``{"step": ..., "epoch": ..., **metrics}`` for each call of ``eval_fn``.
+        evals: ``{"step": ..., "epoch": ..., **metrics}`` for each evaluation.
     """
 
     step: list[int] = field(default_factory=list)
@@ -548,6 +791,38 @@ class History:
         return sum(self.tokens) / total if total > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class FitState:
+    """What ``fit`` tells its ``hook``: one event and where training stands.
+
+    Args:
+        event: ``"step"`` (after an optimizer step), ``"epoch_end"`` (an epoch's batches are done,
+            before its evaluation), ``"eval"`` (after an evaluation; ``metrics`` holds it) or
+            ``"saving"`` (a checkpoint is written but not yet renamed into place: ``saved`` holds
+            its hash) and ``"checkpoint"`` (``saved`` is the file now in place).
+        step: optimizer steps done (counting steps before a resume).
+        epoch: the current epoch (0-based).
+        batches_done: batches of this epoch done.
+        loss, lr, tokens, seconds: of the last step (``"step"`` events).
+        metrics: the evaluation's numbers (``"eval"`` events): ``val_loss``, ``val_ppl``,
+            ``epoch_done`` and whatever ``eval_fn`` returned.
+        saved: the checkpoint written (``"checkpoint"`` events).
+        model: the model being trained.
+    """
+
+    event: str
+    step: int
+    epoch: int
+    batches_done: int
+    loss: float | None = None
+    lr: float | None = None
+    tokens: int | None = None
+    seconds: float | None = None
+    metrics: dict[str, Any] | None = None
+    saved: WrittenFile | None = None
+    model: nn.Module | None = None
+
+
 BatchSource = Iterable[Batch] | Callable[[int], Iterable[Batch]]
 
 
@@ -587,18 +862,24 @@ def fit(
     device: torch.device | str | None = None,
     bos_id: int | None = None,
     max_steps: int | None = None,
+    val_batches: Sequence[Batch] | None = None,
     eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
     eval_every: int | None = None,
     checkpoint_path: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
-    resume_from: str | os.PathLike | None = None,
+    checkpoint_minutes: float | None = None,
+    checkpoint_extra: dict[str, Any] | None = None,
+    resume_from: str | os.PathLike | bytes | None = None,
+    stop: threading.Event | None = None,
     progress: bool = True,
-    log: Callable[[dict[str, Any]], None] | None = None,
+    hook: Callable[[FitState], None] | None = None,
 ) -> History:
     """Train ``model`` on ``batches`` for ``epochs`` epochs and return the ``History``.
 
-    Each step: forward under optional autocast, loss, a check that it is finite, backward,
-    gradient clipping, optimizer step, scheduler step.
+    Every step is one ``train_step``. After each epoch (or every ``eval_every`` steps) ``fit``
+    evaluates: the mean loss on ``val_batches`` and whatever ``eval_fn`` returns. Checkpoints are
+    saved at every epoch's end, when ``max_steps`` or ``stop`` ends the run, every
+    ``checkpoint_every`` steps and every ``checkpoint_minutes``.
 
     Resuming is exact: the checkpoint holds the weights, the optimizer and scheduler states, the
     torch RNG states (for dropout), the epoch, how many batches of that epoch were consumed, the
@@ -608,11 +889,10 @@ def fit(
     This needs ``batches`` to yield the same batches when iterated again for the same epoch.
 
     Args:
-        model: a ``Transformer`` (anything called as ``model(src, tgt_in, src_mask, tgt_mask) -> logits``;
+        model: a ``Transformer`` (anything called as ``model(src, tgt_in, src_mask, tgt_mask)``;
             the defaults below read ``model.config.d_model`` and ``model.config.pad_id``).
         batches: ``Batch`` objects (or ``(src, tgt)`` tensor pairs with ``bos_id`` given), re-iterated
-            every epoch: a list, a ``DataLoader``, or a function ``epoch -> iterable`` for data that
-            changes from epoch to epoch.
+            every epoch: a list, a ``DataLoader``, or a function ``epoch -> iterable``.
         epochs: passes over the data.
         optimizer: default ``make_optimizer(model)`` (Adam, lr 1.0) with, when ``scheduler`` is also
             ``None``, ``noam_scheduler(optimizer, model.config.d_model)`` (warmup 4000).
@@ -620,22 +900,25 @@ def fit(
             default optimizer is used).
         loss_fn: ``(logits (B, T, V), tgt_out (B, T)) -> scalar``; default
             ``LabelSmoothingLoss(0.1, ignore_index=model.config.pad_id)``.
-        clip_norm: clip the gradient norm to this value; ``None`` turns clipping off (the paper
-            does not mention clipping).
-        amp_dtype: ``torch.bfloat16`` runs the forward pass under ``torch.autocast``; ``None`` trains
-            in full precision. (float16 would need a gradient scaler and is not supported.)
+        clip_norm: clip the gradient norm to this value; ``None`` turns clipping off.
+        amp_dtype: ``torch.bfloat16`` runs the forward pass under ``torch.autocast``; ``None``
+            trains in full precision (float16 would need a gradient scaler and is not supported).
         device: where to train; default: where the model's parameters are.
         bos_id: needed only when ``batches`` yields ``(src, tgt)`` pairs.
         max_steps: stop after this many optimizer steps in total (counting steps before a resume).
-        eval_fn: called as ``eval_fn(model)`` with the model in eval mode and gradients off; returns
-            a dict of metrics.
-        eval_every: evaluate every this many steps; ``None`` evaluates at the end of every epoch.
-        checkpoint_path: where to save checkpoints: at the end of every epoch, when ``max_steps``
-            stops the run, and every ``checkpoint_every`` steps. Each save replaces the last.
-        checkpoint_every: also save every this many steps; ``None``: only at those other moments.
-        resume_from: a checkpoint written by ``fit`` to continue from.
+        val_batches: validation batches; each evaluation adds ``val_loss`` and ``val_ppl``.
+        eval_fn: called as ``eval_fn(model)`` with the model in eval mode and gradients off;
+            returns a dict of metrics.
+        eval_every: evaluate every this many steps; ``None``: at the end of every epoch.
+        checkpoint_path: where checkpoints go; each save replaces the last.
+        checkpoint_every: also save every this many steps.
+        checkpoint_minutes: also save when this many minutes passed since the last save.
+        checkpoint_extra: more plain values stored in every checkpoint (``extra``).
+        resume_from: a checkpoint written by ``fit`` (a path, or its bytes) to continue from.
+        stop: when this event is set (e.g. by a Ctrl-C handler), ``fit`` finishes the step under
+            way, saves a checkpoint and returns.
         progress: show a tqdm progress bar with loss, tokens/s and learning rate.
-        log: called with a dict after every step and every evaluation (e.g. ``print`` or a file writer).
+        hook: called with a frozen ``FitState`` after every step, epoch end, evaluation and save.
 
     Returns:
         The ``History`` of the whole run (including steps before a resume).
@@ -652,9 +935,21 @@ def fit(
         raise ValueError(
             f"amp_dtype must be None or torch.bfloat16, got {amp_dtype} (float16 needs a GradScaler)"
         )
-    if clip_norm is not None and not clip_norm > 0:
+    for name, value in (
+        ("clip_norm", clip_norm),
+        ("checkpoint_minutes", checkpoint_minutes),
+    ):
+        if value is not None and not value > 0:
+            raise ValueError(
+                f"{name} must be positive or None, got {value!r}"
+            )
+    if (
+        isinstance(batches, Sized)
+        and not callable(batches)
+        and len(batches) == 0
+    ):
         raise ValueError(
-            f"clip_norm must be positive or None, got {clip_norm!r}"
+            "fit: batches is empty; expected at least one Batch per epoch"
         )
 
     device = (
@@ -670,6 +965,10 @@ def fit(
             scheduler = noam_scheduler(optimizer, model.config.d_model)
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
+    val_batches = (
+        None if val_batches is None else [b.to(device) for b in val_batches]
+    )
+    evaluating = eval_fn is not None or val_batches is not None
 
     history = History()
     step, start_epoch, skip = 0, 0, 0
@@ -682,63 +981,82 @@ def fit(
         extra = checkpoint["extra"]
         skip = extra.get("batches_done", 0)
         history = History.from_state_dict(extra.get("history", {}))
-        _set_rng_state(
-            extra.get("epoch_rng", checkpoint["rng"])
-        )  # the RNG as the checkpoint's epoch began
-        resume_rng = (
-            checkpoint["rng"] if skip else None
-        )  # mid-epoch: the RNG after the batches consumed
+        # the RNG as the checkpoint's epoch began, then (mid-epoch) as it was at the save
+        _set_rng_state(extra.get("epoch_rng", checkpoint["rng"]))
+        resume_rng = checkpoint["rng"] if skip else None
+
+    def tell(event: str, **values: Any) -> None:
+        if hook is not None:
+            hook(
+                FitState(
+                    event, step, epoch, batches_done, model=model, **values
+                )
+            )
+
+    last_save = time.monotonic()
 
     def save(
         epoch: int, batches_done: int, epoch_rng: dict[str, Any]
     ) -> None:
+        nonlocal last_save
         if checkpoint_path is not None:
             extra = {
+                **(checkpoint_extra or {}),
                 "batches_done": batches_done,
                 "epoch_rng": epoch_rng,
                 "history": history.state_dict(),
             }
-            save_checkpoint(
-                checkpoint_path,
-                model,
-                optimizer,
-                scheduler,
-                step,
-                epoch,
-                extra,
+            data = checkpoint_bytes(
+                model, optimizer, scheduler, step, epoch, extra
             )
+            with AtomicWriter(checkpoint_path) as writer:
+                writer.write(data)
+                tell("saving", saved=writer.finish())  # not yet renamed
+            last_save = time.monotonic()
+            tell("checkpoint", saved=writer.written)
 
-    def evaluate(epoch: int) -> None:
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            metrics = dict(eval_fn(model))
-        model.train(was_training)
-        record = {"step": step, "epoch": epoch, **metrics}
-        history.evals.append(record)
-        if log is not None:
-            log({"event": "eval", **record})
+    def evaluate(epoch: int, epoch_done: bool) -> None:
+        metrics: dict[str, Any] = {}
+        if val_batches is not None:
+            val_loss = mean_loss(model, val_batches, amp_dtype)
+            metrics |= {
+                "val_loss": val_loss,
+                "val_ppl": math.exp(min(val_loss, 50.0)),
+                "epoch_done": epoch_done,
+            }
+        if eval_fn is not None:
+            was_training = model.training
+            model.eval()
+            with torch.no_grad():
+                metrics |= dict(eval_fn(model))
+            model.train(was_training)
+        history.evals.append({"step": step, "epoch": epoch, **metrics})
+        tell("eval", metrics=metrics)
+
+    def stopping() -> bool:
+        reached = max_steps is not None and step >= max_steps
+        return reached or (stop is not None and stop.is_set())
 
     bar = _progress_bar(batches, epochs, step, max_steps, enabled=progress)
     model.train()
+    epoch, batches_done = start_epoch, skip
     try:
         for epoch in range(start_epoch, epochs):
-            if max_steps is not None and step >= max_steps:
+            if stopping():
                 break
             epoch_rng = (
                 _rng_state()
-            )  # the state that any shuffling inside iter() below draws from
+            )  # what any shuffling inside iter() draws from
             iterator: Iterator = iter(_epoch_batches(batches, epoch))
             batches_done = 0
-            if (
-                skip
-            ):  # resuming mid-epoch: pass over the batches already consumed
-                for _ in range(skip):
-                    next(iterator, None)
-                batches_done, skip = skip, 0
-            if (
-                resume_rng is not None
-            ):  # ... then continue from the RNG state of the checkpoint
+            for _ in range(skip):  # resuming mid-epoch: the batches consumed
+                if next(iterator, None) is None:
+                    raise ValueError(
+                        f"cannot resume: the checkpoint had done {skip} batches of epoch {epoch}, "
+                        "but this epoch has fewer; the batches differ from the run's"
+                    )
+            batches_done, skip = skip, 0
+            if resume_rng is not None:  # ... then the RNG state at the save
                 _set_rng_state(resume_rng)
                 resume_rng = None
 
@@ -748,44 +1066,36 @@ def fit(
                 )
                 start = time.perf_counter()
                 lr = optimizer.param_groups[0]["lr"]
-                with torch.autocast(
-                    device.type,
-                    dtype=amp_dtype or torch.bfloat16,
-                    enabled=amp_dtype is not None,
-                ):
-                    logits = model(
-                        batch.src,
-                        batch.tgt_in,
-                        batch.src_mask,
-                        batch.tgt_mask,
-                    )  # (B, T, V)
-                    loss = loss_fn(logits, batch.tgt_out)
-                loss_value = loss.item()
-                if not math.isfinite(loss_value):
-                    raise FloatingPointError(
-                        f"loss is {loss_value} at step {step + 1} (epoch {epoch}, batch {batches_done + 1}); "
-                        "stopping. Try a lower learning rate, a longer warmup, or check the batch for bad targets"
+                try:
+                    loss = train_step(
+                        model,
+                        batch,
+                        optimizer,
+                        loss_fn,
+                        scheduler,
+                        clip_norm,
+                        amp_dtype,
                     )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if clip_norm is not None:
-                    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-                optimizer.step()
-                if scheduler is not None:
-                    scheduler.step()
+                except FloatingPointError as err:
+                    raise FloatingPointError(
+                        f"{err} at step {step + 1} (epoch {epoch}, batch {batches_done + 1}); "
+                        "stopping. Try a lower learning rate, a longer warmup, or check the "
+                        "batch for bad targets"
+                    ) from None
+                loss_value = loss.item()
                 seconds = time.perf_counter() - start
                 step, batches_done = step + 1, batches_done + 1
 
-                record = {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": loss_value,
-                    "lr": lr,
-                    "tokens": batch.n_tokens,
-                }
-                history.record(**record, seconds=seconds)
-                if log is not None:
-                    log({"event": "step", **record, "seconds": seconds})
+                history.record(
+                    step, epoch, loss_value, lr, batch.n_tokens, seconds
+                )
+                tell(
+                    "step",
+                    loss=loss_value,
+                    lr=lr,
+                    tokens=batch.n_tokens,
+                    seconds=seconds,
+                )
                 if bar is not None:
                     tok_s = batch.n_tokens / seconds if seconds > 0 else 0.0
                     bar.set_postfix(
@@ -796,33 +1106,44 @@ def fit(
                     )
                     bar.update(1)
                 if (
-                    eval_fn is not None
+                    evaluating
                     and eval_every is not None
                     and step % eval_every == 0
                 ):
-                    evaluate(epoch)
-                if (
+                    evaluate(epoch, epoch_done=False)
+                timed_out = (
+                    checkpoint_minutes is not None
+                    and time.monotonic() - last_save
+                    >= 60 * checkpoint_minutes
+                )
+                if stopping():
+                    break
+                if timed_out or (
                     checkpoint_every is not None
                     and step % checkpoint_every == 0
                 ):
                     save(epoch, batches_done, epoch_rng)
-                if max_steps is not None and step >= max_steps:
-                    break
 
+            if batches_done == 0:
+                raise ValueError(
+                    f"fit: epoch {epoch} yielded no batches; expected at least one Batch per epoch"
+                )
             if (
-                max_steps is not None and step >= max_steps
-            ):  # stopped early: save first, so the
+                stopping()
+            ):  # stopped inside the epoch: save first, so that the
                 save(
                     epoch, batches_done, epoch_rng
-                )  # evaluation's RNG use is not in the checkpoint
-                if eval_fn is not None and eval_every is None:
-                    evaluate(epoch)
+                )  # evaluation's RNG use is not in it
+                interrupted = stop is not None and stop.is_set()
+                if evaluating and eval_every is None and not interrupted:
+                    evaluate(epoch, epoch_done=False)
                 break
-            if eval_fn is not None and eval_every is None:
-                evaluate(epoch)
+            tell("epoch_end")
+            if evaluating and eval_every is None:
+                evaluate(epoch, epoch_done=True)
             save(
                 epoch + 1, 0, _rng_state()
-            )  # end of epoch: a resume starts the next one
+            )  # a resume starts the next epoch
     finally:
         if bar is not None:
             bar.close()

@@ -1,0 +1,150 @@
+"""What the three commands share: errors in one line, and tracebacks only with ``--debug``.
+
+``python -m aiayn.train``, ``aiayn.evaluate`` and ``aiayn.bench`` build their parser with
+``parser()`` and run with ``run``: a wrong argument, a bad value or a folder that cannot be used
+prints ``error: <what was expected, what arrived, what to do>`` on one line and exits with status 2;
+an unexpected failure prints one line too and exits with 1. ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from .data import ChecksumError, DatasetUnavailable
+
+__all__ = ["UsageError", "parser", "run"]
+
+T = TypeVar("T")
+
+# Errors that mean "the input was wrong": status 2. Everything else is a failure: status 1.
+USAGE_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, PermissionError,
+                DatasetUnavailable, ChecksumError)  # fmt: skip
+
+
+class UsageError(ValueError):
+    """A command-line argument is missing or wrong."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(
+        self, message: str
+    ) -> None:  # argparse prints usage and exits; we raise instead
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` whose errors are raised (``run`` prints them) and with ``--debug``."""
+    p = _Parser(prog=prog, description=description)
+    p.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error"
+    )
+    return p
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run(
+    p: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    body: Callable[[argparse.Namespace], T],
+    interrupted: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Parse ``argv`` and call ``body(args)``; turn errors into one ``error: ...`` line and an exit status.
+
+    Args:
+        p: from ``parser``.
+        argv: the arguments (default ``sys.argv[1:]``).
+        body: the command.
+        interrupted: exception types that report a Ctrl-C after which the work was saved: their
+            message is printed as is, with exit status 130.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = p.parse_args(argv)
+        return body(args)
+    except SystemExit:
+        raise
+    except interrupted as err:
+        print(_one_line(str(err)), file=sys.stderr)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        raise SystemExit(130) from None
+    except USAGE_ERRORS as err:
+        if debug:
+            raise
+        message = (
+            str(err.args[0])
+            if isinstance(err, KeyError) and err.args
+            else str(err)
+        )
+        print(f"error: {_one_line(message)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except Exception as err:  # a failure, not a usage error
+        if debug:
+            raise
+        print(f"error: {type(err).__name__}: {_one_line(str(err))} (rerun with --debug for the traceback)",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(1) from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _int(text, 1)
+
+
+def natural_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    return _int(text, 0)
+
+
+def _int(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= {minimum}, got {text!r}"
+        ) from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= {minimum}, got {value}"
+        )
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number > 0, got {text!r}"
+        ) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number > 0, got {text}"
+        )
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """An argparse type: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 0, got {text!r}"
+        ) from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 0, got {text}"
+        )
+    return value

@@ -1,0 +1,480 @@
+"""Translating with a trained run and scoring it: load a run folder, translate, evaluate.
+
+``load_run(run_dir)`` rebuilds the model of a run folder (the last epochs' weights averaged, as the
+paper does); ``translate`` decodes sentences in length-sorted batches; ``evaluate`` translates a
+split, scores it with our BLEU and sacreBLEU, and keeps one result per decoding setting.
+
+    B  batch        S  source length        L  output length
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from .bleu import corpus_bleu
+from .checks import check_int, resolve_device
+from .data import BOS, EOS, Tokenizer, encode_pairs, load_multi30k
+from .decoding import beam_search, greedy_decode
+from .model import Transformer
+from .presets import TrainConfig, build_model
+from .runs import CHECKPOINT, RESULTS, TOKENIZER, RunFolder, RunFolderError
+from .training import eval_batches, mean_loss, read_checkpoint
+
+__all__ = [
+    "average_checkpoints",
+    "load_run",
+    "translate",
+    "EvalResult",
+    "setting_name",
+    "evaluate",
+]
+
+
+def _weights(folder: RunFolder, path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path`` (checked against the folder's manifest when it lists it)."""
+    data = (
+        folder.read_verified(path.name)
+        if path.parent == folder.path
+        else path.read_bytes()
+    )
+    return read_checkpoint(data, str(path))
+
+
+def average_checkpoints(
+    paths: Sequence[str | os.PathLike],
+) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the model weights in ``paths`` (floating-point tensors; others from the last).
+
+    Files inside a run folder with a manifest are checked against it.
+    """
+    if not paths:
+        raise ValueError(
+            "average_checkpoints: expected at least one checkpoint path, got none"
+        )
+    states = [
+        _weights(RunFolder(Path(p).parent), Path(p))["model"] for p in paths
+    ]
+    mean = {}
+    for key, value in states[-1].items():
+        if value.is_floating_point():
+            mean[key] = (
+                sum(s[key].double() for s in states)
+                .div(len(states))
+                .to(value.dtype)
+            )
+        else:
+            mean[key] = value
+    return mean
+
+
+def load_run(
+    run_dir: str | os.PathLike,
+    device: torch.device | str | None = None,
+    average: bool = True,
+) -> tuple[TrainConfig, Tokenizer, Transformer, list[str]]:
+    """Rebuild a trained model from its run folder, in eval mode; nothing is written.
+
+    With ``average`` and ``average_last = k > 1``, the weights are the mean of the last k epoch
+    checkpoints, plus the final weights when training stopped inside an epoch after them. A folder
+    that holds no ``checkpoint.pt`` but one ``*averaged*.pt`` (a published run) gives those weights.
+
+    Returns:
+        ``(config, tokenizer, model, names of the checkpoints whose weights it holds)``.
+    """
+    folder = RunFolder(run_dir)
+    if not folder.path.is_dir():
+        raise RunFolderError(
+            f"{folder.path} is not a folder: expected a run folder written by python -m aiayn.train"
+        )
+    cfg = folder.read_config()
+    folder.read_verified(TOKENIZER)
+    tokenizer = Tokenizer(folder.file(TOKENIZER))
+    device = resolve_device(device)
+    model = build_model(cfg, tokenizer)
+    checkpoint = folder.file(CHECKPOINT)
+    published = sorted(folder.path.glob("*averaged*.pt"))
+    if not checkpoint.is_file() and published:
+        saved = _weights(folder, published[0])
+        state = {
+            k: v.float() if v.is_floating_point() else v
+            for k, v in saved["model"].items()
+        }
+        sources = list(saved.get("averaged", [published[0].name]))
+    else:
+        sources = [checkpoint]
+        if average and cfg.average_last > 1:
+            epochs = folder.epoch_files()
+            final_step = _weights(folder, checkpoint)["step"]
+            last_epoch_step = (
+                _weights(folder, epochs[-1])["step"] if epochs else -1
+            )
+            sources = epochs + (
+                [checkpoint] if final_step > last_epoch_step else []
+            )
+            sources = sources[-cfg.average_last :]
+        state = average_checkpoints(sources)
+        sources = [p.name for p in sources]
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise RunFolderError(
+            f"the weights in {folder.path} do not fit its config.json ({str(err).splitlines()[0]}); "
+            "were files copied in from another run?"
+        ) from None
+    return cfg, tokenizer, model.to(device).eval(), sources
+
+
+def translate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    beam: int = 4,
+    length_penalty: float = 0.6,
+    batch_size: int = 128,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    amp_dtype: torch.dtype | None = None,
+) -> list[str]:
+    """Translate ``sentences`` and return detokenized strings, in input order.
+
+    Sentences are grouped by length and decoded up to ``batch_size`` at a time, with beam search
+    (``beam > 1``) or greedy decoding (``beam == 1``). A batch holds sources of one length S
+    (``<eos>`` included): no padding, one output limit ``max_len_a · S + max_len_b`` (capped at the
+    model's ``max_len``) for all, and a batch of short sentences stops early. So a sentence's
+    translation does not depend on which others are translated with it. Sources longer than
+    ``max_len`` are cut there.
+
+    Args:
+        model: a trained ``Transformer`` (its device is used).
+        tokenizer: the run's tokenizer.
+        sentences: source sentences.
+        beam: beam size K (1: greedy).
+        length_penalty: α of the GNMT length penalty.
+        batch_size: most sentences per batch (each becomes K rows in beam search).
+        max_len_a, max_len_b: the output length limit.
+        amp_dtype: run under ``torch.autocast`` with this dtype (``torch.bfloat16`` on CUDA is faster).
+    """
+    if isinstance(sentences, str) or not all(
+        isinstance(s, str) for s in sentences
+    ):
+        raise TypeError("sentences: expected a list of str")
+    check_int("beam", beam, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
+    V = model.config.tgt_vocab_size
+    if tokenizer.vocab_size != V or not EOS < V:
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} ids (<eos> = {EOS}) but the model's vocabulary "
+            f"has {V}: use the tokenizer the model was trained with"
+        )
+    device = next(model.parameters()).device
+    max_len = model.config.max_len
+    ids = [
+        s[: max_len - 1] + [EOS]
+        for s in tokenizer.encode_batch(list(sentences))
+    ]
+    by_length: dict[int, list[int]] = {}
+    for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+        by_length.setdefault(len(ids[i]), []).append(i)
+    chunks = [
+        same[k : k + batch_size]
+        for same in by_length.values()
+        for k in range(0, len(same), batch_size)
+    ]
+    out: list[str] = [""] * len(ids)
+    for chunk in chunks:
+        S = len(ids[chunk[0]])
+        src = torch.tensor(
+            [ids[i] for i in chunk], dtype=torch.long, device=device
+        )  # (B, S), no padding
+        limit = min(
+            int(max_len_a * S + max_len_b) + 1, max_len
+        )  # + 1 for <bos>
+        with torch.autocast(
+            device.type,
+            dtype=amp_dtype or torch.bfloat16,
+            enabled=amp_dtype is not None,
+        ):
+            if beam == 1:
+                tokens = greedy_decode(
+                    model, src, None, limit, BOS, EOS
+                )  # (B, L)
+            else:
+                tokens = beam_search(
+                    model, src, None, limit, BOS, EOS, beam, length_penalty
+                ).tokens  # (B, L)
+        for i, text in zip(
+            chunk, tokenizer.decode_batch(tokens.cpu()), strict=True
+        ):
+            out[i] = text
+    return out
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One scored decoding setting of a run (an entry of ``results.json``).
+
+    ``result["bleu"]`` works as well as ``result.bleu`` (code written when this was a dict).
+    """
+
+    split: str
+    setting: str
+    sentences: int
+    beam: int
+    length_penalty: float
+    checkpoints: list[str]
+    bleu: float
+    bleu_detail: str
+    sacrebleu: float | None
+    signature: str | None
+    loss: float
+    ppl: float
+    decode_s: float
+    sentences_per_s: float
+    device: str
+    device_name: str
+    torch: str
+    hypotheses_file: str
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in {f.name for f in fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def setting_name(
+    cfg: TrainConfig,
+    split: str,
+    beam: int,
+    length_penalty: float,
+    limit: int | None,
+    average: bool,
+) -> str:
+    """The key of a decoding setting: the split alone for the run's own setting, else what differs.
+
+    ``test2016`` (the config's beam, α, subset, averaged weights), ``test2016.beam1``,
+    ``test2016.beam4.lp1``, ``val.n5.final`` ...
+    """
+    name = split
+    if beam != cfg.beam:
+        name += f".beam{beam}"
+    if length_penalty != cfg.length_penalty:
+        name += f".lp{length_penalty:g}"
+    if limit != cfg.test_subset:
+        name += f".n{'all' if limit is None else limit}"
+    if not average:
+        name += ".final"
+    return name
+
+
+def _sacrebleu(
+    hypotheses: list[str], references: list[str]
+) -> tuple[float | None, str | None]:
+    """sacreBLEU's score and signature, the reference scorer (an optional dependency, imported here only)."""
+    try:
+        from sacrebleu.metrics import BLEU
+    except ImportError:
+        return None, None
+    bleu = BLEU()
+    return bleu.corpus_score(hypotheses, [references]).score, str(
+        bleu.get_signature()
+    )
+
+
+def _device_name(device: torch.device) -> str:
+    import platform
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def evaluate(
+    run_dir: str | os.PathLike,
+    split: str = "test2016",
+    beam: int | None = None,
+    length_penalty: float | None = None,
+    limit: int | None | Literal["config"] = "config",
+    batch_size: int = 128,
+    device: torch.device | str | None = None,
+    root: str | os.PathLike | None = None,
+    average: bool = True,
+    log: Callable[[str], None] | None = None,
+    out_dir: str | os.PathLike | None = None,
+) -> EvalResult:
+    """Translate a split with a trained run and score it: our BLEU, sacreBLEU, loss, perplexity.
+
+    Each decoding setting keeps its own result: ``results.json`` gets the entry ``setting_name(...)``
+    (``test2016`` for the run's own setting, ``test2016.beam1`` ...) and the translations go to
+    ``<setting>.hyp.en``, one per source line; other settings' entries and files stay.
+
+    Args:
+        run_dir: a folder written by ``train`` (read only: nothing there is written unless it is
+            also ``out_dir``).
+        split: ``"test2016"``, ``"val"`` or ``"train"``.
+        beam, length_penalty: default: the run's config.
+        limit: score the first ``limit`` sentences (at least 1); ``"config"``: the config's
+            ``test_subset``; ``None``: all.
+        batch_size: sentences per decoding batch.
+        device: default CUDA when available.
+        root: the Multi30k folder.
+        average: average the last epochs' weights as the config says (``False``: the final weights).
+        log: called with a progress line or two (e.g. ``print``).
+        out_dir: where ``results.json`` and the translations go (default ``run_dir``; use another
+            folder for a run folder you cannot write to).
+
+    Returns:
+        The ``EvalResult``.
+    """
+    if limit != "config" and limit is not None:
+        check_int("limit", limit, minimum=1)
+    if beam is not None:
+        check_int("beam", beam, minimum=1)
+    if length_penalty is not None and not (
+        isinstance(length_penalty, (int, float)) and length_penalty >= 0
+    ):
+        raise ValueError(
+            f"length_penalty must be a number >= 0, got {length_penalty!r}"
+        )
+    check_int("batch_size", batch_size, minimum=1)
+    out = RunFolder(run_dir if out_dir is None else out_dir)
+    _check_writable(out, out_dir is None)
+
+    cfg, tokenizer, model, sources = load_run(run_dir, device, average)
+    device = next(model.parameters()).device
+    amp = (
+        torch.bfloat16
+        if cfg.amp == "bf16" or (cfg.amp == "auto" and device.type == "cuda")
+        else None
+    )
+    beam = cfg.beam if beam is None else beam
+    length_penalty = (
+        cfg.length_penalty
+        if length_penalty is None
+        else float(length_penalty)
+    )
+    limit = cfg.test_subset if limit == "config" else limit
+    pairs = load_multi30k(split, root)[:limit]
+    setting = setting_name(cfg, split, beam, length_penalty, limit, average)
+    sources_text, references = [s for s, _ in pairs], [t for _, t in pairs]
+    if log:
+        log(
+            f"translating {len(pairs)} sentences of {split} with beam {beam}, α {length_penalty} on {device}"
+        )
+
+    threads = torch.get_num_threads()
+    if cfg.cpu_threads is not None and device.type == "cpu":
+        torch.set_num_threads(cfg.cpu_threads)
+    try:
+        start = time.perf_counter()
+        hypotheses = translate(
+            model,
+            tokenizer,
+            sources_text,
+            beam,
+            length_penalty,
+            batch_size,
+            cfg.max_len_a,
+            cfg.max_len_b,
+            amp,
+        )
+        decode_s = time.perf_counter() - start
+        loss = mean_loss(
+            model,
+            eval_batches(encode_pairs(tokenizer, pairs), cfg.max_tokens),
+            amp,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    ours = corpus_bleu(hypotheses, references)
+    sacre, signature = _sacrebleu(hypotheses, references)
+    result = EvalResult(
+        split=split,
+        setting=setting,
+        sentences=len(pairs),
+        beam=beam,
+        length_penalty=length_penalty,
+        checkpoints=sources,
+        bleu=ours.score,
+        bleu_detail=str(ours),
+        sacrebleu=sacre,
+        signature=signature,
+        loss=loss,
+        ppl=math.exp(min(loss, 50.0)),
+        decode_s=decode_s,
+        sentences_per_s=len(pairs) / decode_s if decode_s > 0 else 0.0,
+        device=str(device),
+        device_name=_device_name(device),
+        torch=torch.__version__,
+        hypotheses_file=f"{setting}.hyp.en",
+    )
+    _save(out, result, hypotheses)
+    return result
+
+
+def _check_writable(out: RunFolder, is_run: bool) -> None:
+    """Fail before translating when the results cannot be written where they should go."""
+    path = out.path
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(
+            f"--out {path} is a file; give a folder for the results"
+        )
+    probe = (
+        path
+        if path.exists()
+        else next((p for p in path.parents if p.exists()), Path("."))
+    )
+    if not os.access(probe, os.W_OK):
+        hint = (
+            "pass --out DIR to write the results elsewhere"
+            if is_run
+            else "choose a folder you can write to"
+        )
+        raise RunFolderError(
+            f"{probe} is not writable, so results.json cannot be saved there: {hint}"
+        )
+    if (
+        not is_run
+        and path.exists()
+        and any(path.iterdir())
+        and not out.has_manifest()
+    ):
+        names = sorted(p.name for p in path.iterdir())
+        raise RunFolderError(
+            f"--out {path} is not empty ({', '.join(names[:5])}) and is not a folder aiayn wrote "
+            "(no manifest.json); choose a new or empty folder"
+        )
+
+
+def _save(out: RunFolder, result: EvalResult, hypotheses: list[str]) -> None:
+    """Add the result to ``results.json`` and write the translations, under the folder's lock."""
+    with out.locked():
+        if not out.has_manifest():
+            if out.is_legacy():
+                out.adopt()  # an older run folder gets its manifest when first written to
+            else:
+                out.start(None)
+        results = (
+            out.read_json(RESULTS) if out.file(RESULTS).is_file() else {}
+        )
+        if not isinstance(results, dict):
+            raise RunFolderError(
+                f"{out.file(RESULTS)} is not a JSON object of results; restore it"
+            )
+        out.write(
+            result.hypotheses_file,
+            "".join(h.replace("\n", " ") + "\n" for h in hypotheses),
+        )
+        results[result.setting] = result.to_dict()
+        out.write(RESULTS, json.dumps(results, indent=2) + "\n")
