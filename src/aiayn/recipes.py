@@ -266,6 +266,10 @@ def _plan(
         raise RunFolderError(
             f"--out {path} is a file, not a folder; choose a new or empty folder"
         )
+    if path.is_dir() and not path.stat().st_mode & 0o222:
+        raise RunFolderError(
+            f"--out {path} is read-only; choose a folder you can write to"
+        )
     if not path.exists() or not any(path.iterdir()):
         return _Plan("fresh")
     if not folder.has_manifest() and not folder.is_legacy():
@@ -357,6 +361,7 @@ class _RunLog:
 
     def write(self, record: dict[str, Any]) -> None:
         self.log_file.write(json.dumps(record) + "\n")
+        self.log_file.flush()  # a killed run loses no logged line
 
     def __call__(self, state: FitState) -> None:
         if state.event == "step":
@@ -515,6 +520,11 @@ def train(
         plan = plan._replace(
             action="resume", checkpoint=folder.read_verified(CHECKPOINT)
         )
+    if folder.has_manifest():
+        with (
+            folder.locked()
+        ):  # fail now, not after the data, when another command is writing
+            pass
     tokenizer = None
     if plan.action == "resume":
         folder.read_verified(TOKENIZER)

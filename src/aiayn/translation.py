@@ -435,7 +435,9 @@ def _check_writable(out: RunFolder, is_run: bool) -> None:
         if path.exists()
         else next((p for p in path.parents if p.exists()), Path("."))
     )
-    if not os.access(probe, os.W_OK):
+    if (
+        not os.access(probe, os.W_OK) or not probe.stat().st_mode & 0o222
+    ):  # read-only, even for root
         hint = (
             "pass --out DIR to write the results elsewhere"
             if is_run

@@ -1,0 +1,322 @@
+"""The run folder never loses a file: refusals, the manifest, the lock, Ctrl-C and kill -9 with exact resume."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import train as train_cli
+from aiayn.data import SHA256
+from aiayn.presets import PRESETS
+from aiayn.recipes import train
+from aiayn.runs import ResumeError, RunFolder, RunFolderError
+from aiayn.translation import evaluate, load_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = REPO.parent / "shared/runs/multi30k-h100"
+# Small enough for seconds on a CPU, slow enough (tens of ms a step) to be interrupted mid-epoch.
+TINY = PRESETS["multi30k-smoke"].with_changes(
+    name="tiny", train_subset=400, val_subset=20, test_subset=5, vocab_size=300, epochs=2,
+    max_tokens=1024, warmup=10, average_last=2, checkpoint_minutes=None,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    folder = Path(os.environ.get("AIAYN_DATA") or REPO.parent / "shared/data/multi30k")
+    missing = [name for name in SHA256 if not (folder / name).is_file()]
+    if missing:
+        pytest.fail(f"Multi30k files {missing} are missing from {folder}: set AIAYN_DATA to the folder with them")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """Tokenizers are cached in a temporary folder, shared with the subprocesses."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, root, cache):
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    train(TINY, out, root=root, device="cpu", progress=False)
+    return out
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file's SHA-256, to show that nothing changed."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for p in src.iterdir():
+        if p.is_file():
+            (dst / p.name).write_bytes(p.read_bytes())
+    return dst
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        train_cli.main(argv)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+# --- Folders that are not ours are never touched ----------------------------------------------------
+
+
+def test_a_folder_of_unrelated_files_is_left_untouched(tmp_path, root, cache, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name in ("config.json", "results.json", "summary.json", "metrics.jsonl", "tokenizer.model",
+                 "epoch-001.pt", "test2016.hyp.en", "notes.txt"):  # fmt: skip
+        (folder / name).write_text(f"my own {name}\n")
+    before = snapshot(folder)
+    for extra in ([], ["--no-resume"], ["--no-resume", "--overwrite"]):
+        code, err = run_cli(["--preset", "multi30k-smoke", "--out", str(folder), "--device", "cpu", *extra], capsys)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        assert "choose another --out" in err.lower(), err
+        assert snapshot(folder) == before and not (folder / ".lock").exists()
+
+
+def test_a_non_empty_folder_without_a_manifest_is_refused_by_name(tmp_path, root, cache):
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(RunFolderError, match=r"is not empty \(photo.jpg\) and is not a run folder"):
+        train(TINY, tmp_path, root=root, device="cpu", progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["photo.jpg"]
+
+
+def test_an_empty_out_is_refused(capsys):
+    code, err = run_cli(["--preset", "multi30k-smoke", "--out", ""], capsys)
+    assert code == 2 and err == "error: --out must name a folder, got an empty string; e.g. --out runs/base\n"
+
+
+# --- A finished run is never lost -------------------------------------------------------------------
+
+
+def test_a_run_folder_lists_every_file_it_wrote(tiny_run):
+    manifest = json.loads((tiny_run / "manifest.json").read_text())
+    names = {p.name for p in tiny_run.iterdir()} - {"manifest.json", ".lock"}
+    assert set(manifest["files"]) == names
+    for name, entry in manifest["files"].items():
+        data = (tiny_run / name).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (entry["size"], entry["sha256"]), name
+    assert manifest["pending"] == {} and len(manifest["run_id"]) == 32 and len(manifest["config_sha256"]) == 64
+
+
+def test_no_resume_checks_the_device_and_the_data_before_touching_a_run(tiny_run, tmp_path, root, capsys):
+    run = copy_run(tiny_run, tmp_path / "run")
+    before = snapshot(run)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.to_dict()))
+    base = ["--config", str(config), "--out", str(run), "--no-progress", "--no-resume"]
+    code, err = run_cli([*base, "--device", "cpu"], capsys)  # no --overwrite
+    assert code == 2 and "holds a trained run; --no-resume would replace it. Add --overwrite" in err
+    code, err = run_cli([*base, "--overwrite", "--device", "cuda:7"], capsys)
+    assert code == 2 and err.startswith("error: device 'cuda:7' cannot be used here") and "--device" in err
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    code, err = run_cli([*base, "--overwrite", "--device", "cpu", "--data", str(empty)], capsys)
+    assert code == 2 and "Multi30k files are missing" in err and err.count("\n") == 1
+    assert snapshot(run) == before
+
+
+def test_overwrite_replaces_only_the_runs_own_files(tiny_run, tmp_path, root):
+    run = copy_run(tiny_run, tmp_path / "run")
+    (run / "notes.txt").write_text("keep me\n")
+    old_id = json.loads((run / "manifest.json").read_text())["run_id"]
+    train(TINY.with_changes(epochs=1), run, root=root, device="cpu", progress=False, resume=False, overwrite=True)
+    assert (run / "notes.txt").read_text() == "keep me\n"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["run_id"] != old_id and not (run / "epoch-002.pt").exists()
+
+
+def test_fewer_epochs_on_a_finished_run_is_refused_and_config_kept(tiny_run, root, capsys):
+    before = snapshot(tiny_run)
+    with pytest.raises(ResumeError, match=r"has already trained 2 epochs; 1 epochs is fewer.*config.json is left"):
+        train(TINY.with_changes(epochs=1), tiny_run, root=root, device="cpu", progress=False)
+    summary = train(TINY, tiny_run, root=root, device="cpu", progress=False)  # the same: nothing to do
+    assert summary.steps_this_run == 0
+    assert snapshot(tiny_run) == before
+
+
+def test_a_second_training_into_a_locked_folder_fails_clearly(tiny_run, tmp_path, root):
+    run = copy_run(tiny_run, tmp_path / "run")
+    with RunFolder(run).locked():  # as another training holds it
+        with pytest.raises(RunFolderError, match=r"another command is writing into .* \(it holds .*\.lock\)"):
+            train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+
+
+# --- Damaged and foreign files are refused by name ----------------------------------------------------
+
+
+def damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:  # flip one byte in the middle
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+@pytest.mark.parametrize("name", ["checkpoint.pt", "config.json", "tokenizer.model"])
+def test_a_damaged_file_is_refused_by_name_with_the_fix(tiny_run, tmp_path, root, name, how):
+    run = copy_run(tiny_run, tmp_path / "run")
+    damage(run / name, how)
+    with pytest.raises(RunFolderError, match=rf"{name} does not match manifest.json.*restore it, or start afresh"):
+        train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+    with pytest.raises(RunFolderError, match=rf"{name} does not match manifest.json"):
+        load_run(run, "cpu")
+
+
+def test_a_damaged_epoch_file_is_refused_when_averaging(tiny_run, tmp_path):
+    run = copy_run(tiny_run, tmp_path / "run")
+    damage(run / "epoch-001.pt", "flip")
+    with pytest.raises(RunFolderError, match=r"epoch-001.pt does not match manifest.json"):
+        load_run(run, "cpu")
+
+
+def test_a_checkpoint_from_another_run_is_refused(tiny_run, tmp_path, root):
+    other = tmp_path / "other"
+    train(TINY.with_changes(seed=1, epochs=1), other, root=root, device="cpu", progress=False)
+    run = copy_run(tiny_run, tmp_path / "run")
+    (run / "checkpoint.pt").write_bytes((other / "checkpoint.pt").read_bytes())  # same shapes, other weights
+    with pytest.raises(RunFolderError, match=r"checkpoint.pt does not match manifest.json.*another run"):
+        train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+
+
+def test_a_damaged_metrics_log_is_refused_by_name(tiny_run, tmp_path, root):
+    run = copy_run(tiny_run, tmp_path / "run")
+    damage(run / "metrics.jsonl", "truncate")
+    with pytest.raises(RunFolderError, match=r"metrics.jsonl does not hold the .* bytes the run had logged"):
+        train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+
+
+def test_a_damaged_manifest_is_refused_by_name(tiny_run, tmp_path, root):
+    run = copy_run(tiny_run, tmp_path / "run")
+    damage(run / "manifest.json", "truncate")
+    with pytest.raises(RunFolderError, match=r"manifest.json is damaged \(not valid JSON"):
+        train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+
+
+def test_a_truncated_checkpoint_of_an_older_folder_names_the_file(tiny_run, tmp_path):
+    run = copy_run(tiny_run, tmp_path / "run")
+    (run / "manifest.json").unlink()  # an older run folder: nothing to compare with
+    damage(run / "checkpoint.pt", "truncate")
+    with pytest.raises(ValueError, match=r"checkpoint.pt cannot be read as a checkpoint .* truncated or damaged"):
+        load_run(run, "cpu", average=False)
+
+
+def test_stale_temporary_files_of_a_killed_save_are_removed(tiny_run, tmp_path, root):
+    run = copy_run(tiny_run, tmp_path / "run")
+    (run / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
+    (run / ".epoch-002.pt.x.tmp").write_bytes(b"half")
+    (run / ".my-editor.swp.tmp").write_bytes(b"not ours")
+    train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+    left = sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp"))
+    assert left == [".my-editor.swp.tmp"]
+
+
+# --- The published run: an older folder, read-only ----------------------------------------------------
+
+
+def test_the_published_run_loads_and_evaluates_without_writing_to_it(tmp_path, root):
+    before = {p.name: p.stat().st_mtime_ns for p in PUBLISHED.iterdir()}
+    cfg, tokenizer, model, sources = load_run(PUBLISHED, "cpu")
+    assert (cfg.model.N, tokenizer.vocab_size, sources[0], sources[-1]) == (3, 8000, "epoch-036.pt", "epoch-040.pt")
+    assert next(model.parameters()).dtype == torch.float32 and not model.training
+    with pytest.raises(RunFolderError, match=r"is not writable, so results.json cannot be saved there: pass --out"):
+        evaluate(PUBLISHED, beam=1, limit=2, device="cpu", root=root)
+    result = evaluate(PUBLISHED, beam=1, limit=2, device="cpu", root=root, out_dir=tmp_path / "scores")
+    assert result.sentences == 2 and result.setting == "test2016.beam1.n2"
+    saved = json.loads((tmp_path / "scores" / "results.json").read_text())
+    assert saved["test2016.beam1.n2"]["bleu"] == result.bleu
+    assert {p.name: p.stat().st_mtime_ns for p in PUBLISHED.iterdir()} == before
+
+
+# --- Ctrl-C and kill -9 of a real training process, then an exact resume --------------------------------
+
+
+def start(config: Path, out: Path, root: Path, env: dict) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "aiayn.train", "--config", str(config), "--out", str(out),
+            "--device", "cpu", "--data", str(root), "--no-progress"]  # fmt: skip
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_steps(out: Path, n: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metrics = out / "metrics.jsonl"
+        if metrics.is_file() and metrics.read_text().count('"event": "step"') >= n:
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.01)
+    raise AssertionError(f"no {n} steps within {timeout} s")
+
+
+def outcome(out: Path) -> tuple[list, list, dict]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [(r["step"], r["loss"]) for r in records if r["event"] == "step"]
+    evals = [(r["step"], r["val_loss"]) for r in records if r["event"] == "eval"]
+    weights = torch.load(out / "checkpoint.pt", weights_only=True)["model"]
+    return steps, evals, weights
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, root, cache):
+    """The uninterrupted run, in a subprocess like the interrupted ones."""
+    folder = tmp_path_factory.mktemp("straight")
+    config = folder / "tiny.json"
+    config.write_text(json.dumps(TINY.with_changes(checkpoint_every=3).to_dict()))
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO / "src")}
+    process = start(config, folder / "run", root, env)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    return config, env, outcome(folder / "run")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_training_resumes_exactly(straight, tmp_path, root, sig, capsys):
+    config, env, (steps, evals, weights) = straight
+    out = tmp_path / "run"
+    process = start(config, out, root, env)
+    wait_for_steps(out, 7, process)  # mid-epoch, after the checkpoint at step 6
+    if sig == signal.SIGINT:  # meanwhile a second training into the same folder fails at once
+        argv = ["--config", str(config), "--out", str(out), "--device", "cpu", "--data", str(root)]
+        code, err = run_cli(argv, capsys)
+        assert code == 2 and "another command is writing into" in err
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=120)
+    if sig == signal.SIGINT:
+        assert process.returncode == 130, err
+        assert "interrupted at step" in err and "Run the same command again to resume" in err
+        assert "Traceback" not in err
+    else:
+        assert process.returncode == -signal.SIGKILL
+    assert steps[-1][0] > json.loads((out / "manifest.json").read_text())["files"]["checkpoint.pt"]["step"]
+
+    resumed = start(config, out, root, env)
+    printed, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert "resuming" in printed
+    got_steps, got_evals, got_weights = outcome(out)
+    assert got_steps == steps  # every loss, bit for bit, each step once
+    assert got_evals == evals
+    assert got_weights.keys() == weights.keys()
+    assert all(torch.equal(got_weights[k], weights[k]) for k in weights)
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
