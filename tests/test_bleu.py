@@ -283,3 +283,24 @@ def test_unknown_smoothing_raises():
 def test_bad_max_order_raises():
     with pytest.raises(ValueError, match="max_order must be a positive integer, got 0"):
         corpus_bleu(["a"], ["a"], max_order=0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((None, ["a cat"]), "hypotheses: expected a sequence with one entry per sentence, got None"),
+        ((["a cat"], None), "references: expected a sequence with one entry per sentence, got None"),
+        ((["a cat"], [None]), r"references\[0\]: expected a reference string or a list of them, got None"),
+        (([None], ["a cat"]), r"hypotheses\[0\]: expected a str, got NoneType"),
+    ],
+)
+def test_corpus_bleu_names_a_none_input(args, message):
+    with pytest.raises(TypeError, match=message):
+        corpus_bleu(*args)
+
+
+def test_sentence_bleu_names_a_none_input():
+    with pytest.raises(TypeError, match="hypothesis: expected a str, got NoneType"):
+        sentence_bleu(None, "a cat")
+    with pytest.raises(TypeError, match="references: expected a reference string or a list of them, got None"):
+        sentence_bleu("a cat", None)

@@ -322,3 +322,15 @@ def test_evaluate_command_prints_both_scores(smoke_run, root, capsys):
     assert "our BLEU:" in printed and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
     assert result.hypotheses_file == "val.beam1.n5.hyp.en"
     assert len((smoke_run[0] / "val.beam1.n5.hyp.en").read_text().splitlines()) == 5
+
+
+def test_evaluate_keeps_one_result_per_decoding_setting(smoke_run, root, tmp_path):
+    out = tmp_path / "scores"
+    greedy = evaluate(smoke_run[0], beam=1, limit=3, root=root, out_dir=out)
+    beam = evaluate(smoke_run[0], beam=2, length_penalty=1.0, limit=3, root=root, out_dir=out)
+    again = evaluate(smoke_run[0], beam=1, limit=3, root=root, out_dir=out)  # the same setting: replaced
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results) == ["test2016.beam1.n3", "test2016.lp1.n3"]
+    assert (greedy.setting, beam.setting) == ("test2016.beam1.n3", "test2016.lp1.n3")
+    assert results["test2016.beam1.n3"]["bleu"] == again.bleu == greedy.bleu
+    assert sorted(p.name for p in out.glob("*.hyp.en")) == ["test2016.beam1.n3.hyp.en", "test2016.lp1.n3.hyp.en"]

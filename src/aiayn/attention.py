@@ -201,6 +201,11 @@ def _fused_attention(
     temperature: float,
 ) -> torch.Tensor:
     """The same computation through PyTorch's fused kernel; fully masked rows give zeros, as above."""
+    # as the explicit path: 0 would divide by zero, < 0 invert the attention
+    if not temperature > 0:
+        raise ValueError(
+            f"temperature must be positive, got {temperature!r}"
+        )
     scale = 1.0 / (math.sqrt(query.size(-1)) * temperature)
     if mask is None:
         return F.scaled_dot_product_attention(

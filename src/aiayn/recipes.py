@@ -521,9 +521,8 @@ def train(
             action="resume", checkpoint=folder.read_verified(CHECKPOINT)
         )
     if folder.has_manifest():
-        with (
-            folder.locked()
-        ):  # fail now, not after the data, when another command is writing
+        # fail now, not after the data, when another command is writing
+        with folder.locked():
             pass
     tokenizer = None
     if plan.action == "resume":

@@ -1,0 +1,194 @@
+"""Each input that was silent or unclear now gets one clear error: what was expected, what arrived, what to do.
+
+The commands print one line ``error: ...`` and exit with status 2; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+
+import pytest
+import torch
+
+from aiayn import bench
+from aiayn import data as D
+from aiayn import evaluate as evaluate_cli
+from aiayn import train as train_cli
+from aiayn.attention import MultiHeadAttention
+from aiayn.model import Transformer, TransformerConfig
+from aiayn.training import (
+    LabelSmoothingLoss,
+    copy_task_batches,
+    fit,
+    make_optimizer,
+    noam_rate,
+    noam_scheduler,
+)
+from aiayn.translation import evaluate, translate
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def command_error(main, argv, capsys) -> str:
+    """Run a command that must fail as bad usage; return its one line of stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+# --- The commands ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", ["-5", "0"])
+def test_evaluate_limit_below_one(limit, capsys, tmp_path):
+    err = command_error(evaluate_cli.main, [str(tmp_path), "--limit", limit], capsys)
+    assert err == (
+        f"error: argument --limit: expected an integer >= 1, got {limit} (see python -m aiayn.evaluate --help)\n"
+    )
+
+
+@pytest.mark.parametrize("limit", [-5, 0])
+def test_evaluate_function_rejects_a_limit_below_one(limit, tmp_path):
+    with pytest.raises(ValueError, match=rf"limit must be an integer >= 1, got {limit}"):
+        evaluate(tmp_path, limit=limit)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--vocab", "3", "vocab_size must be an integer >= 5, got 3"),
+        ("--seq-len", "0", "argument --seq-len: expected an integer >= 1, got 0"),
+        ("--max-tokens", "0", "argument --max-tokens: expected an integer >= 1, got 0"),
+        ("--max-tokens", "10", "max_tokens must be an integer >= 34, got 10"),  # one pair of 16 + <eos>
+        ("--peak-tflops", "-1", "argument --peak-tflops: expected a number > 0, got -1"),
+        ("--steps", "x", "argument --steps: expected an integer >= 1, got 'x'"),
+    ],
+)
+def test_bench_rejects_bad_sizes(flag, value, message, capsys):
+    err = command_error(bench.main, ["--device", "cpu", flag, value], capsys)
+    assert message in err
+
+
+def test_train_rejects_a_bad_device_and_unknown_arguments(tmp_path, capsys):
+    err = command_error(train_cli.main, ["--out", str(tmp_path / "run"), "--device", "tpu"], capsys)
+    assert err.startswith("error: device 'tpu' cannot be used here") and "available: cpu" in err
+    assert not (tmp_path / "run").exists()
+    err = command_error(train_cli.main, ["--out", str(tmp_path), "--colour", "red"], capsys)
+    assert "unrecognized arguments: --colour red" in err
+    err = command_error(train_cli.main, ["--out", str(tmp_path), "--overwrite"], capsys)
+    assert "--overwrite replaces a trained run and goes with --no-resume" in err
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(ValueError, match="unknown preset 'nope'"):
+        train_cli.main(["--preset", "nope", "--out", str(tmp_path), "--debug"])
+
+
+def test_aiayn_data_naming_a_file(tmp_path, monkeypatch, capsys):
+    a_file = tmp_path / "train.de.gz"
+    a_file.write_bytes(gzip.compress(b"Hallo\n"))
+    monkeypatch.setenv("AIAYN_DATA", str(a_file))
+    with pytest.raises(NotADirectoryError, match=r"AIAYN_DATA=.*train.de.gz is a file; expected the folder"):
+        D.load_multi30k("val")
+    err = command_error(train_cli.main, ["--preset", "multi30k-smoke", "--out", str(tmp_path / "r"), "--device", "cpu"],
+                        capsys)  # fmt: skip
+    assert "is a file; expected the folder that holds the six Multi30k files" in err
+
+
+# --- The library ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0])
+def test_fused_attention_rejects_a_temperature_that_is_not_positive(temperature):
+    attn = MultiHeadAttention(16, 2, dropout=0.0, fused=True, temperature=temperature)
+    x = torch.randn(1, 3, 16)
+    with pytest.raises(ValueError, match=rf"temperature must be positive, got {temperature}"):
+        attn(x, x, x)
+
+
+@pytest.mark.parametrize("factor", [0.0, -0.5])
+def test_noam_factor_must_be_positive(factor):
+    message = rf"factor must be a positive number \(it scales the whole rate\), got {factor}"
+    with pytest.raises(ValueError, match=message):
+        noam_rate(10, 512, 4000, factor)
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="factor must be a positive number"):
+        noam_scheduler(make_optimizer(model), 512, 4000, factor)
+
+
+@pytest.mark.parametrize("bad", [12, -1])
+def test_label_smoothing_targets_out_of_range(bad):
+    logits = torch.randn(2, 3, 12)
+    target = torch.tensor([[1, 2, 0], [3, bad, 0]])
+    message = rf"target: expected class ids in \[0, 12\) \(or ignore_index=0\), got \[{bad}\]"
+    with pytest.raises(ValueError, match=message):
+        LabelSmoothingLoss(0.1, ignore_index=0)(logits, target)
+
+
+def test_an_eos_id_outside_the_vocabulary():
+    with pytest.raises(ValueError, match=r"eos_id must be an id in \[0, vocab_size=12\), got 20"):
+        copy_task_batches(1, 2, 4, 12, eos_id=20)
+
+
+def test_translate_with_the_tokenizer_of_another_vocabulary(tmp_path):
+    pairs = [("ein Hund", "a dog"), ("zwei Katzen", "two cats")] * 20
+    tokenizer = D.train_tokenizer(pairs, 30, cache_dir=tmp_path)
+    model = Transformer(TransformerConfig(50, 50, d_model=16, d_ff=32, h=2, N=1, share_embeddings=True))
+    with pytest.raises(ValueError, match=r"the tokenizer has 30 ids .* but the model's vocabulary has 50"):
+        translate(model, tokenizer, ["ein Hund"])
+
+
+def test_fit_with_no_batches():
+    model = Transformer(TransformerConfig(12, 12, d_model=16, d_ff=32, h=2, N=1))
+    with pytest.raises(ValueError, match="fit: batches is empty; expected at least one Batch per epoch"):
+        fit(model, [], progress=False)
+    with pytest.raises(ValueError, match="fit: epoch 0 yielded no batches"):
+        fit(model, lambda epoch: [], progress=False)
+
+
+def test_a_damaged_tokenizer_cache_is_learned_again(tmp_path):
+    pairs = [("ein Hund", "a dog"), ("zwei Katzen", "two cats")] * 20
+    first = D.train_tokenizer(pairs, 30, cache_dir=tmp_path)
+    good = first.model_file.read_bytes()
+    first.model_file.write_bytes(good[: len(good) // 3])  # a cut-off write
+    with pytest.raises(ValueError, match=rf"{first.model_file.name} is not a sentencepiece model \(damaged"):
+        D.Tokenizer(first.model_file)
+    again = D.train_tokenizer(pairs, 30, cache_dir=tmp_path)
+    assert again.model_file == first.model_file and again.model_file.read_bytes() == good
+
+
+class Trickle:
+    """A response that sends a byte every few milliseconds and never stops."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self, n):
+        time.sleep(0.005)
+        return b"x"
+
+
+def test_the_whole_download_has_a_deadline(monkeypatch):
+    monkeypatch.setattr(D.urllib.request, "urlopen", lambda url, timeout: Trickle())
+    with pytest.raises(TimeoutError, match=r"downloading https://example.org/f took over 0 s"):
+        D._urlopen_bytes("https://example.org/f", deadline_s=0.05)
+
+
+def test_the_missing_message_lists_all_six_files(tmp_path):
+    with pytest.raises(D.DatasetUnavailable) as info:
+        D.load_multi30k("val", tmp_path, download=False)
+    message = str(info.value)
+    assert "A run needs all six: " in message
+    for name in D.SHA256:
+        assert f"  {name}  <-  {D.BASE_URL}{name}" in message
+    assert str(tmp_path) in message and "AIAYN_DATA" in message
+
+
+
