@@ -264,7 +264,8 @@ def _plan(
     path = folder.path
     if path.exists() and not path.is_dir():
         raise RunFolderError(
-            f"--out {path} is a file, not a folder; choose a new or empty folder"
+            f"--out {path} is a file, not a folder; "
+            "choose a new or empty folder"
         )
     if path.is_dir() and not path.stat().st_mode & 0o222:
         raise RunFolderError(
@@ -278,27 +279,31 @@ def _plan(
             f" and {len(names) - 5} more" if len(names) > 5 else ""
         )
         raise RunFolderError(
-            f"--out {path} is not empty ({shown}) and is not a run folder (it has no manifest.json): "
-            "training writes only into a new or empty folder or its own run folder. "
+            f"--out {path} is not empty ({shown}) and is not a run "
+            "folder (it has no manifest.json): training writes only "
+            "into a new or empty folder or its own run folder. "
             "Choose another --out"
         )
     has_checkpoint = (path / CHECKPOINT).is_file()
     if not resume:
         if has_checkpoint and not overwrite:
             raise RunFolderError(
-                f"--out {path} holds a trained run; --no-resume would replace it. "
+                f"--out {path} holds a trained run; "
+                "--no-resume would replace it. "
                 "Add --overwrite to replace it, or choose another --out"
             )
         if folder.is_legacy():
             raise RunFolderError(
-                f"--out {path} is a run folder of an older version (no manifest.json), whose files "
-                "cannot be told from others: it is never replaced. Choose another --out"
+                f"--out {path} is a run folder of an older version "
+                "(no manifest.json), whose files cannot be told from "
+                "others: it is never replaced. Choose another --out"
             )
         return _Plan("fresh")
     if not has_checkpoint:
         if folder.is_legacy():
             raise RunFolderError(
-                f"--out {path} holds a config.json but no checkpoint.pt to resume from. "
+                f"--out {path} holds a config.json but no checkpoint.pt "
+                "to resume from. "
                 "Choose another --out"
             )
         return _Plan(
@@ -311,8 +316,10 @@ def _plan(
     run_id = checkpoint["extra"].get("run_id")
     if folder.has_manifest() and run_id != folder.run_id():
         raise RunFolderError(
-            f"{path / CHECKPOINT} belongs to another run (run id {run_id}, the manifest says "
-            f"{folder.run_id()}); restore this run's checkpoint, or start afresh with --no-resume --overwrite"
+            f"{path / CHECKPOINT} belongs to another run (run id "
+            f"{run_id}, the manifest says {folder.run_id()}); restore "
+            "this run's checkpoint, or start afresh with --no-resume "
+            "--overwrite"
         )
     check_resumable(folder, old, cfg)
     step, epoch = checkpoint["step"], checkpoint["epoch"]
@@ -502,7 +509,7 @@ def train(
     start_time = time.perf_counter()
     cfg = get_preset(cfg) if isinstance(cfg, str) else cfg
     say = log or (lambda line: None)
-    # 1. Check everything before writing anything: the device, the folder, the data.
+    # 1. Check all before writing anything: the device, the folder, the data.
     device = resolve_device(device)
     folder = RunFolder(out_dir)
     plan = _plan(folder, cfg, resume, overwrite)
@@ -514,7 +521,8 @@ def train(
                 {**folder.read_json(SUMMARY), "steps_this_run": 0}
             )
             say(
-                f"{folder.path} has finished: step {plan.position['step']}, nothing to train"
+                f"{folder.path} has finished: step "
+                f"{plan.position['step']}, nothing to train"
             )
             return summary
         plan = plan._replace(
@@ -552,7 +560,8 @@ def _run(
             removed = folder.remove_run()
             if removed:
                 say(
-                    f"replacing the run in {folder.path} ({len(removed)} files)"
+                    f"replacing the run in {folder.path} "
+                    f"({len(removed)} files)"
                 )
         folder.start(cfg)
         folder.write(TOKENIZER, Path(data.tokenizer.model_file).read_bytes())
@@ -563,7 +572,8 @@ def _run(
         if folder.is_legacy():
             folder.adopt()
             say(
-                f"{folder.path} gets a manifest.json (a run folder of an older version)"
+                f"{folder.path} gets a manifest.json "
+                "(a run folder of an older version)"
             )
         if plan.old != cfg:
             folder.set_config(cfg)
@@ -581,7 +591,8 @@ def _run(
         optimizer, cfg.model.d_model, cfg.warmup, cfg.lr_factor
     )
     if cfg.compile:
-        model.compile()  # in place: state_dict keys and attributes stay those of the plain model
+        # in place: state_dict keys stay those of the plain model
+        model.compile()
     batches = EpochBatches(
         data.train_ids,
         cfg.max_tokens,
@@ -658,7 +669,8 @@ def _run(
     folder.write_json(SUMMARY, summary.to_dict())
     if interrupted:
         raise TrainingInterrupted(
-            f"interrupted at step {summary.steps}; the checkpoint is saved in {folder.path / CHECKPOINT}. "
+            f"interrupted at step {summary.steps}; the checkpoint is "
+            f"saved in {folder.path / CHECKPOINT}. "
             "Run the same command again to resume",
             summary,
         )

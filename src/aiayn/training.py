@@ -933,7 +933,8 @@ def fit(
             check_positive(**{name: value})
     if amp_dtype not in (None, torch.bfloat16):
         raise ValueError(
-            f"amp_dtype must be None or torch.bfloat16, got {amp_dtype} (float16 needs a GradScaler)"
+            f"amp_dtype must be None or torch.bfloat16, got {amp_dtype} "
+            "(float16 needs a GradScaler)"
         )
     for name, value in (
         ("clip_norm", clip_norm),
@@ -981,7 +982,7 @@ def fit(
         extra = checkpoint["extra"]
         skip = extra.get("batches_done", 0)
         history = History.from_state_dict(extra.get("history", {}))
-        # the RNG as the checkpoint's epoch began, then (mid-epoch) as it was at the save
+        # the RNG as the epoch began, then (mid-epoch) as at the save
         _set_rng_state(extra.get("epoch_rng", checkpoint["rng"]))
         resume_rng = checkpoint["rng"] if skip else None
 
@@ -1052,8 +1053,9 @@ def fit(
             for _ in range(skip):  # resuming mid-epoch: the batches consumed
                 if next(iterator, None) is None:
                     raise ValueError(
-                        f"cannot resume: the checkpoint had done {skip} batches of epoch {epoch}, "
-                        "but this epoch has fewer; the batches differ from the run's"
+                        f"cannot resume: the checkpoint had done {skip} "
+                        f"batches of epoch {epoch}, but it has fewer; "
+                        "the batches differ from the run's"
                     )
             batches_done, skip = skip, 0
             if resume_rng is not None:  # ... then the RNG state at the save
@@ -1078,9 +1080,10 @@ def fit(
                     )
                 except FloatingPointError as err:
                     raise FloatingPointError(
-                        f"{err} at step {step + 1} (epoch {epoch}, batch {batches_done + 1}); "
-                        "stopping. Try a lower learning rate, a longer warmup, or check the "
-                        "batch for bad targets"
+                        f"{err} at step {step + 1} (epoch {epoch}, "
+                        f"batch {batches_done + 1}); stopping. Try a lower "
+                        "learning rate, a longer warmup, or check the batch "
+                        "for bad targets"
                     ) from None
                 loss_value = loss.item()
                 seconds = time.perf_counter() - start
@@ -1126,7 +1129,8 @@ def fit(
 
             if batches_done == 0:
                 raise ValueError(
-                    f"fit: epoch {epoch} yielded no batches; expected at least one Batch per epoch"
+                    f"fit: epoch {epoch} yielded no batches; "
+                    "expected at least one Batch per epoch"
                 )
             if (
                 stopping()

@@ -93,7 +93,8 @@ def load_run(
     folder = RunFolder(run_dir)
     if not folder.path.is_dir():
         raise RunFolderError(
-            f"{folder.path} is not a folder: expected a run folder written by python -m aiayn.train"
+            f"{folder.path} is not a folder: expected a run folder "
+            "written by python -m aiayn.train"
         )
     cfg = folder.read_config()
     folder.read_verified(TOKENIZER)
@@ -127,7 +128,8 @@ def load_run(
         model.load_state_dict(state)
     except RuntimeError as err:
         raise RunFolderError(
-            f"the weights in {folder.path} do not fit its config.json ({str(err).splitlines()[0]}); "
+            f"the weights in {folder.path} do not fit its config.json "
+            f"({str(err).splitlines()[0]}); "
             "were files copied in from another run?"
         ) from None
     return cfg, tokenizer, model.to(device).eval(), sources
@@ -370,7 +372,8 @@ def evaluate(
     sources_text, references = [s for s, _ in pairs], [t for _, t in pairs]
     if log:
         log(
-            f"translating {len(pairs)} sentences of {split} with beam {beam}, α {length_penalty} on {device}"
+            f"translating {len(pairs)} sentences of {split} with "
+            f"beam {beam}, α {length_penalty} on {device}"
         )
 
     threads = torch.get_num_threads()
