@@ -311,3 +311,10 @@ def test_bleu_calculator_follows_its_boxes():
 def test_bleu_calculator_rejects_non_strings():
     with pytest.raises(TypeError, match="must be str, got list and str"):
         BleuCalculator(["a"], "a")
+
+
+def test_label_smoothing_chart_describes_itself():
+    chart = label_smoothing_chart(["<pad>", "a", "cat"], "cat")
+    assert "cat" in chart.to_dict()["description"]
+    chart = label_smoothing_chart(["a", "b", "cat"], "cat", description="Bars.")
+    assert chart.to_dict()["description"] == "Bars."

@@ -67,3 +67,12 @@ def test_param_count_chart_skips_rows_without_a_paper_count():
     datasets = [rows for rows in spec["datasets"].values() if rows and "row" in rows[0]]
     assert [r["row"] for r in datasets[0]] == ["base", "C1"]
     assert [r["gap"] for r in datasets[0]] == [-1.9, -2.3]
+
+
+def test_param_count_chart_describes_itself():
+    frame = pd.DataFrame(
+        {"row": ["base"], "change": ["-"], "ours": [63.1], "paper": [65.0]}
+    )
+    assert "Table 3" in viz.param_count_chart(frame).to_dict()["description"]
+    chart = viz.param_count_chart(frame, description="Gaps per row.")
+    assert chart.to_dict()["description"] == "Gaps per row."

@@ -240,3 +240,13 @@ def test_sampling_chart_rejects_bad_input():
         sampling_filter_chart([1.0, 2.0], ["a", "b"], t_min=0.0)
     with pytest.raises(ValueError, match="top_p_init"):
         sampling_filter_chart([1.0, 2.0], ["a", "b"], top_p_init=0.0)
+
+
+def test_charts_describe_themselves_for_screen_readers():
+    # Vega-Lite's top-level description becomes the chart's aria-label
+    noam = noam_schedule_chart().to_dict()
+    assert "learning rate" in noam["description"]
+    sampler = sampling_filter_chart([2.0, 1.0, 0.0], ["a", "b", "c"])
+    assert "sampler" in sampler.to_dict()["description"]
+    given = noam_schedule_chart(description="The schedule, peaking at 4000.")
+    assert given.to_dict()["description"] == "The schedule, peaking at 4000."

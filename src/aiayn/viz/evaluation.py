@@ -271,6 +271,7 @@ def label_smoothing_chart(
     value: float = 0.1,
     max_value: float = 1.0,
     step: float = 0.01,
+    description: str | None = None,
 ) -> alt.LayerChart:
     """Bars of the smoothed training target for one token, with ε on a slider ("ε (label smoothing)").
 
@@ -284,6 +285,7 @@ def label_smoothing_chart(
         true_class: the one that is correct.
         pad_class: the padding token, to offer the Annotated Transformer's convention; ``None``: no switch.
         value, max_value, step: initial value, largest value and step of the ε slider (smallest: 0).
+        description: what the chart shows, for screen readers (Vega-Lite's top-level description).
 
     Returns:
         A layered Altair chart that owns the ``eps`` param (and ``convention`` with ``pad_class``).
@@ -381,6 +383,11 @@ def label_smoothing_chart(
             title=f'Training target when the next token is "{true_class}" (orange); dashed: uniform 1/C',
             width=max(300, 52 * C),
             height=230,
+            description=description
+            or (
+                f"Bar chart of the smoothed training target over {C} tokens "
+                f"when the next token is {true_class}; a slider sets epsilon."
+            ),
         )
     )
 

@@ -186,12 +186,15 @@ def future_change_figure(
     return fig
 
 
-def param_count_chart(frame) -> alt.LayerChart:
+def param_count_chart(
+    frame, description: str | None = None
+) -> alt.LayerChart:
     """How far our parameter counts are from the paper's Table 3: one point per row, the gap against the size.
 
     Args:
         frame: a ``pandas.DataFrame`` with columns ``row`` (name), ``paper`` and ``ours`` (millions of
             parameters) and ``change`` (what the row changes); rows without a paper count are skipped.
+        description: what the chart shows, for screen readers (Vega-Lite's top-level description).
     """
     data = frame.dropna(subset=["paper"])[["row", "change", "paper", "ours"]]
     data = data.assign(
@@ -234,6 +237,11 @@ def param_count_chart(frame) -> alt.LayerChart:
         width=520,
         height=300,
         title="Our parameter counts minus the paper's (dashed: equal)",
+        description=description
+        or (
+            "Scatter plot, one point per row of Table 3: the paper's "
+            "parameter count (log scale) against our count minus the paper's."
+        ),
     )
 
 

@@ -16,6 +16,7 @@ def noam_schedule_chart(
     warmup: int = 4000,
     d_model_range: tuple[int, int, int] = (256, 1024, 64),
     warmup_range: tuple[int, int, int] = (500, 8000, 100),
+    description: str | None = None,
 ) -> alt.LayerChart:
     """The learning rate of section 5.3 against the step, with sliders for d_model and warmup.
 
@@ -31,6 +32,7 @@ def noam_schedule_chart(
             max_step / n_points so that every warmup value is a sampled step and the peak is drawn exactly.
         d_model, warmup: initial slider values (the paper's base model: 512 and 4000).
         d_model_range, warmup_range: (min, max, step) of the two sliders.
+        description: what the chart shows, for screen readers (Vega-Lite's top-level description).
     """
     lo_d, hi_d, _ = d_model_range
     lo_w, hi_w, _ = warmup_range
@@ -144,6 +146,12 @@ def noam_schedule_chart(
             width=480,
             height=260,
             title="The learning rate of section 5.3 (computed in your browser)",
+            description=description
+            or (
+                "Line chart of the learning rate against the training step: "
+                "a linear rise until step warmup, then inverse square-root "
+                "decay; sliders set d_model and warmup."
+            ),
         )
     )
 
@@ -209,6 +217,7 @@ def sampling_filter_chart(
     t_max: float = 3.0,
     t_init: float = 1.0,
     top_p_init: float = 0.9,
+    description: str | None = None,
 ) -> alt.LayerChart:
     """Bars of the distribution a sampler draws from, after temperature, top-k and top-p, with three sliders.
 
@@ -225,6 +234,7 @@ def sampling_filter_chart(
         t_min, t_max, t_init: range and start value of the temperature slider.
         top_p_init: start value of the top-p slider (0.9, a common nucleus setting; 1 keeps every token).
             Top-k starts at V (no limit). The sliders come in the order temperature, top-p, top-k.
+        description: what the chart shows, for screen readers (Vega-Lite's top-level description).
 
     Returns:
         A layered Altair chart that owns the ``temperature``, ``top_p`` and ``top_k`` params.
@@ -339,6 +349,11 @@ def sampling_filter_chart(
             height=220,
             title=title
             or "grey: softmax(logits / T); blue: what the sampler draws from",
+            description=description
+            or (
+                "Bars of next-token probabilities: grey after the temperature, "
+                "blue after top-k and top-p, what the sampler draws from."
+            ),
         )
     )
 
