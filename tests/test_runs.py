@@ -320,3 +320,12 @@ def test_interrupted_training_resumes_exactly(straight, tmp_path, root, sig, cap
     assert got_weights.keys() == weights.keys()
     assert all(torch.equal(got_weights[k], weights[k]) for k in weights)
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_an_older_run_folder_is_upgraded_when_training_resumes_in_it(tiny_run, tmp_path, root):
+    run = copy_run(tiny_run, tmp_path / "run")
+    (run / "manifest.json").unlink()  # as written before manifests existed
+    summary = train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+    assert summary.resumed_from_step is not None and summary.epochs_done == 3
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert {"config.json", "checkpoint.pt", "metrics.jsonl", "epoch-003.pt"} <= set(manifest["files"])

@@ -458,3 +458,21 @@ def test_history_state_dict_round_trip():
     history = History(step=[1, 2], epoch=[0, 0], loss=[2.0, 1.5], lr=[0.1, 0.2], tokens=[3, 4], seconds=[0.1, 0.1])
     history.evals.append({"step": 2, "epoch": 0, "bleu": 12.5})
     assert History.from_state_dict(history.state_dict()) == history
+
+
+def test_fit_saves_by_wall_time_inside_an_epoch(tmp_path):
+    states = []
+    fit(
+        tiny_model(),
+        copy_task_batches(5, 2, 4, V),
+        checkpoint_path=tmp_path / "ckpt.pt",
+        checkpoint_minutes=1e-9,  # every step is "long ago" enough
+        progress=False,
+        hook=states.append,
+    )
+    saved = [s.step for s in states if s.event == "checkpoint"]
+    assert saved == [1, 2, 3, 4, 5, 5]  # after each step, and at the epoch's end
+    assert [s.saved.sha256 for s in states if s.event == "saving"] == [
+        s.saved.sha256 for s in states if s.event == "checkpoint"
+    ]
+    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 5
