@@ -136,11 +136,22 @@ class AttentionTemperatureExplorer(ipywidgets.VBox):
         listed = ", ".join(f"{p:.2f}" for p in peaks.tolist())
         self.summary.value = f"T = {layer.temperature:.2f}; mean largest weight per head: {listed}"
 
+    def __repr__(self) -> str:
+        # short: the text a notebook stores next to the widget fits one line of the page
+        return "AttentionTemperatureExplorer(a temperature slider and h heatmaps)"
+
 
 __all__ += ["AttentionTemperatureExplorer"]
 
 
 # --- Chapter 3, positional encoding: the table under three sliders --------------------------------
+
+
+class _PositionalEncodingExplorer(ipywidgets.VBox):
+    """The VBox that ``positional_encoding_explorer`` returns, with a one-line text form."""
+
+    def __repr__(self) -> str:
+        return "positional_encoding_explorer(three sliders and the table)"
 
 
 def positional_encoding_explorer(
@@ -249,7 +260,7 @@ def positional_encoding_explorer(
     for slider in (d_model, positions, column):
         slider.observe(draw, names="value")
     draw()
-    return ipywidgets.VBox(
+    return _PositionalEncodingExplorer(
         [ipywidgets.HBox([d_model, positions, column]), image]
     )
 

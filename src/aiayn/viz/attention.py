@@ -114,6 +114,7 @@ def attention_heatmap(
     ax=None,
     title: str | None = None,
     annotate: bool = True,
+    fontsize: float = 7.0,
 ):
     """Draw one ``(L_q, L_k)`` matrix of attention weights as a heatmap, queries down, keys across.
 
@@ -124,6 +125,7 @@ def attention_heatmap(
         ax: matplotlib Axes to draw on; a new figure is made when ``None``.
         title: the Axes title.
         annotate: write each weight in its cell (two decimals).
+        fontsize: size in points of the numbers written in the cells.
 
     Returns:
         The Axes; its image is ``ax.images[0]``.
@@ -165,7 +167,7 @@ def attention_heatmap(
                     f"{w[i, j]:.2f}",
                     ha="center",
                     va="center",
-                    fontsize=7,
+                    fontsize=fontsize,
                     color=color,
                 )
     return ax
@@ -178,8 +180,13 @@ def attention_heads_figure(
     titles=None,
     ncols: int = 4,
     annotate: bool = True,
+    fontsize: float = 10.0,
 ):
     """Small multiples: one attention heatmap per head, with one shared colour bar.
+
+    Sized for the website: the numbers in the cells, the token labels and the titles are at
+    least 10 points, the key axis is labelled once under the bottom row, so that no title
+    meets the labels of the panel above it.
 
     Args:
         weights: ``(h, L_q, L_k)`` weights of one sequence, e.g. ``layer.attn[0]``.
@@ -188,6 +195,7 @@ def attention_heads_figure(
         titles: h panel titles; default ``"head 0"``, ``"head 1"``, ...
         ncols: panels per row.
         annotate: write each weight in its cell.
+        fontsize: size in points of the numbers in the cells (labels are 10.5 points).
 
     Returns:
         A matplotlib Figure (closed, so that a notebook shows it once, as the cell's value).
@@ -206,11 +214,12 @@ def attention_heads_figure(
         raise ValueError(f"got {len(titles)} titles for {h} heads")
     ncols = min(ncols, h)
     nrows = -(-h // ncols)
-    side = 0.42 * max(len(query_tokens), len(key_tokens)) + 1.3
-    figsize = (side * ncols + 1.0, side * nrows + 0.3)
+    side = 0.5 * max(len(query_tokens), len(key_tokens)) + 1.0
+    figsize = (side * ncols + 1.2, side * nrows + 0.6)
     fig, axes = plt.subplots(
         nrows, ncols, figsize=figsize, squeeze=False, layout="constrained"
     )
+    fig.get_layout_engine().set(h_pad=0.15, w_pad=0.1)
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.set_visible(False)
@@ -222,15 +231,22 @@ def attention_heads_figure(
             ax=ax,
             title=titles[i],
             annotate=annotate,
+            fontsize=fontsize,
         )
-        if i % ncols:
-            ax.set_ylabel("")
-    fig.colorbar(
+        ax.set_title(titles[i], fontsize=11)
+        ax.tick_params(labelsize=10.5)
+        ax.set_ylabel("query (attending)" if i % ncols == 0 else "")
+        ax.set_xlabel("key (attended to)" if i >= h - ncols else "")
+        ax.yaxis.label.set_fontsize(10.5)
+        ax.xaxis.label.set_fontsize(10.5)
+    bar = fig.colorbar(
         axes.flat[0].images[0],
         ax=list(axes.flat),
         shrink=0.8,
         label="attention weight",
     )
+    bar.ax.tick_params(labelsize=10)
+    bar.ax.yaxis.label.set_fontsize(10.5)
     plt.close(fig)
     return fig
 
