@@ -318,3 +318,13 @@ def test_label_smoothing_chart_describes_itself():
     assert "cat" in chart.to_dict()["description"]
     chart = label_smoothing_chart(["a", "b", "cat"], "cat", description="Bars.")
     assert chart.to_dict()["description"] == "Bars."
+
+
+def test_bleu_calculator_repr_is_one_short_line():
+    # a notebook stores this text beside the widget: it must fit a code box
+    calc = BleuCalculator("Thank Thank Thank", THANKS)
+    assert repr(calc) == f"BleuCalculator(sentence BLEU = {calc.result.score:.2f})"
+    calc.reference.value = ""
+    assert repr(calc) == "BleuCalculator(sentence BLEU = -)"
+    widget_text = calc._repr_mimebundle_()["text/plain"]
+    assert widget_text == repr(calc) and len(widget_text) <= 77

@@ -329,6 +329,12 @@ class BleuCalculator(ipywidgets.VBox):
     def _on_change(self, change) -> None:
         self.redraw()
 
+    def __repr__(self) -> str:
+        # the text a notebook stores beside the widget: short, and the same
+        # on every machine
+        score = "-" if self.result is None else f"{self.result.score:.2f}"
+        return f"BleuCalculator(sentence BLEU = {score})"
+
     @property
     def references(self) -> list[str]:
         """The non-empty lines of the reference box."""
