@@ -165,11 +165,13 @@ def scaled_dot_product_attention(
     """
     if query.size(-1) != key.size(-1):
         raise ValueError(
-            f"query and key must share d_k, got query {tuple(query.shape)} and key {tuple(key.shape)}"
+            "query and key must share d_k, got query "
+            f"{tuple(query.shape)} and key {tuple(key.shape)}"
         )
     if key.size(-2) != value.size(-2):
         raise ValueError(
-            f"key and value must have the same length, got key {tuple(key.shape)}, value {tuple(value.shape)}"
+            "key and value must have the same length, got key "
+            f"{tuple(key.shape)}, value {tuple(value.shape)}"
         )
     if not temperature > 0:
         raise ValueError(

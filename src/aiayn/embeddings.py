@@ -50,9 +50,10 @@ class Embeddings(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Look up ``(B, L)`` ids and return ``(B, L, d_model)`` vectors times sqrt(d_model)."""
         check_token_dtype(tokens)
-        # The range check reads two numbers back from the device: done on CPU tensors (where the
-        # chapters and tests run), skipped on accelerators and under torch.compile, where it would
-        # stall the pipeline; there the embedding kernel's own index check still fires.
+        # The range check reads two numbers back from the device: done on CPU
+        # tensors (where the chapters and tests run), skipped on accelerators
+        # and under torch.compile, where it would stall the pipeline; there the
+        # embedding kernel's own index check still fires.
         checkable = (
             tokens.device.type == "cpu" and not torch.compiler.is_compiling()
         )
@@ -65,7 +66,8 @@ class Embeddings(nn.Module):
         ):
             low, high = int(tokens.min()), int(tokens.max())
             raise ValueError(
-                f"token ids must be in [0, {self.vocab_size}), got values from {low} to {high}"
+                f"token ids must be in [0, {self.vocab_size}), "
+                f"got values from {low} to {high}"
             )
         return self.lut(tokens) * math.sqrt(self.d_model)
 
@@ -127,12 +129,14 @@ class PositionalEncoding(nn.Module):
         """
         if x.dim() != 3 or x.size(-1) != self.pe.size(1):
             raise ValueError(
-                f"expected input of shape (B, L, {self.pe.size(1)}), got {tuple(x.shape)}"
+                f"expected input of shape (B, L, {self.pe.size(1)}), "
+                f"got {tuple(x.shape)}"
             )
         end = start + x.size(1)
         if end > self.max_len:
             raise ValueError(
-                f"sequence of length {end} is longer than max_len={self.max_len} of the positional encoding"
+                f"sequence of length {end} is longer than "
+                f"max_len={self.max_len} of the positional encoding"
             )
         return self.dropout(x + self.pe[start:end].to(x.dtype))
 
@@ -158,12 +162,14 @@ class LearnedPositionalEmbedding(nn.Module):
         """
         if x.dim() != 3 or x.size(-1) != self.table.embedding_dim:
             raise ValueError(
-                f"expected input of shape (B, L, {self.table.embedding_dim}), got {tuple(x.shape)}"
+                f"expected input of shape (B, L, {self.table.embedding_dim}), "
+                f"got {tuple(x.shape)}"
             )
         end = start + x.size(1)
         if end > self.max_len:
             raise ValueError(
-                f"sequence of length {end} is longer than max_len={self.max_len} of the learned table"
+                f"sequence of length {end} is longer than "
+                f"max_len={self.max_len} of the learned table"
             )
         positions = torch.arange(start, end, device=x.device)
         return x + self.table(positions)

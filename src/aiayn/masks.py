@@ -89,7 +89,8 @@ def shift_right(tokens: torch.Tensor, bos_id: int) -> torch.Tensor:
     check_token_dtype(tokens)
     if tokens.dim() != 2:
         raise ValueError(
-            f"tokens: expected shape (B, T) of token ids, got {tuple(tokens.shape)}"
+            "tokens: expected shape (B, T) of token ids, "
+            f"got {tuple(tokens.shape)}"
         )
     if isinstance(bos_id, bool) or not isinstance(bos_id, int) or bos_id < 0:
         raise ValueError(
