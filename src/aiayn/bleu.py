@@ -81,9 +81,9 @@ def tokenize_13a(text: str) -> str:
     text = (
         text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
     )
-    if (
-        "&" in text
-    ):  # undo the four HTML escapes mteval knows about; &amp; after &quot; as mteval does
+    # undo the four HTML escapes mteval knows about; &amp; after &quot;, as
+    # mteval does
+    if "&" in text:
         text = (
             text.replace("&quot;", '"')
             .replace("&amp;", "&")
@@ -205,21 +205,21 @@ def _score(
         return result(0.0)
 
     k = SMOOTHING_METHODS[smooth] if smooth_value is None else smooth_value
-    exp_denominator = 1.0  # "exp" smoothing: the i-th order without matches gets precision 1 / (2^i · total)
+    # "exp" smoothing: the i-th order without matches gets precision
+    # 1 / (2^i · total)
+    exp_denominator = 1.0
     orders_used = max_order
     for n in range(1, max_order + 1):
         correct, total = counts[n - 1], totals[n - 1]
-        if (
-            smooth == "add-k" and n > 1
-        ):  # add k to matches and totals of orders 2..max_order
+        # add k to matches and totals of orders 2..max_order
+        if smooth == "add-k" and n > 1:
             correct, total = correct + k, total + k
-        if (
-            total == 0
-        ):  # the hypotheses are too short to have n-grams of this order (or higher)
+        # the hypotheses are too short to have n-grams of this order (or
+        # higher)
+        if total == 0:
             break
-        if (
-            effective_order
-        ):  # sentence-level BLEU: average only over the orders that exist
+        # sentence-level BLEU: average only over the orders that exist
+        if effective_order:
             orders_used = n
         if correct > 0:
             precisions[n - 1] = 100.0 * correct / total
@@ -309,20 +309,24 @@ def corpus_bleu(
     ):
         if value is None:
             raise TypeError(
-                f"{name}: expected a sequence with one entry per sentence, got None"
+                f"{name}: expected a sequence with one entry per sentence, "
+                "got None"
             )
     if isinstance(hypotheses, str):
         raise TypeError(
-            "hypotheses: expected a sequence of str, got a single str (wrap it in a list)"
+            "hypotheses: expected a sequence of str, got a single str "
+            "(wrap it in a list)"
         )
     if isinstance(references, str):
         raise TypeError(
-            "references: expected a sequence with one entry per hypothesis, got a single str"
+            "references: expected a sequence with one entry per hypothesis, "
+            "got a single str"
         )
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
         raise ValueError(
-            f"expected one entry of references per hypothesis, got {len(hypotheses)} hypotheses "
+            "expected one entry of references per hypothesis, "
+            f"got {len(hypotheses)} hypotheses "
             f"and {len(references)} references"
         )
     if not hypotheses:
@@ -338,12 +342,14 @@ def corpus_bleu(
         hyp = _check_text(hyp, f"hypotheses[{i}]")
         if refs is None:
             raise TypeError(
-                f"references[{i}]: expected a reference string or a list of them, got None"
+                f"references[{i}]: expected a reference string or a list "
+                "of them, got None"
             )
         refs = [refs] if isinstance(refs, str) else list(refs)
         if not refs:
             raise ValueError(
-                f"references[{i}]: expected at least one reference string, got none"
+                f"references[{i}]: expected at least one reference string, "
+                "got none"
             )
         refs = [
             _check_text(ref, f"references[{i}][{j}]")
@@ -400,7 +406,8 @@ def sentence_bleu(
     _check_text(hypothesis, "hypothesis")
     if references is None:
         raise TypeError(
-            "references: expected a reference string or a list of them, got None"
+            "references: expected a reference string or a list of them, "
+            "got None"
         )
     refs = [references] if isinstance(references, str) else list(references)
     return corpus_bleu(

@@ -389,7 +389,8 @@ def beam_search(
         and math.isfinite(length_penalty)
     ):
         raise ValueError(
-            f"length_penalty (alpha) must be a non-negative number, got {length_penalty!r}"
+            "length_penalty (alpha) must be a non-negative number, "
+            f"got {length_penalty!r}"
         )
     pad_id, max_len, limits = _check_common(
         model, src, max_len, bos_id, eos_id
@@ -404,7 +405,8 @@ def beam_search(
         ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
         cache = model.new_cache() if use_cache else None
 
-        # Every beam starts as the same "<bos>"; only the first may expand, or the K beams would be copies.
+        # Every beam starts as the same "<bos>"; only the first may expand,
+        # or the K beams would be copies.
         log_p = torch.full(
             (B, K), -math.inf, device=device
         )  # (B, K)  log P of each beam
@@ -426,7 +428,8 @@ def beam_search(
             token_log_p = F.log_softmax(logits, dim=-1).view(
                 B, K, V
             )  # (B, K, V)
-            # a finished beam has one continuation, padding, which costs nothing and does not lengthen it
+            # a finished beam has one continuation, padding, which costs
+            # nothing and does not lengthen it
             pad_only = torch.full((V,), -math.inf, device=device)
             pad_only[pad_id] = 0.0
             token_log_p = torch.where(

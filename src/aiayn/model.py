@@ -351,16 +351,19 @@ class Transformer(nn.Module):
                 else type(memory).__name__
             )
             raise TypeError(
-                f"memory: expected a floating-point tensor from encode(), got {kind}"
+                "memory: expected a floating-point tensor from encode(), "
+                f"got {kind}"
             )
         if memory.dim() != 3 or memory.size(-1) != self.config.d_model:
             raise ValueError(
-                f"memory: expected shape (B, S, {self.config.d_model}), got {tuple(memory.shape)}"
+                f"memory: expected shape (B, S, {self.config.d_model}), "
+                f"got {tuple(memory.shape)}"
             )
         self._check_tokens(tgt, "tgt")
         if memory.size(0) != tgt.size(0):
             raise ValueError(
-                f"memory has batch size {memory.size(0)} but tgt has batch size {tgt.size(0)}"
+                f"memory has batch size {memory.size(0)} "
+                f"but tgt has batch size {tgt.size(0)}"
             )
         B, T = tgt.shape
         if src_mask is not None:
