@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .checkpoints import read_checkpoint
 from .checks import WrittenFile, resolve_device, sha256_file
 from .data import Tokenizer, encode_pairs, load_multi30k, train_tokenizer
 from .model import count_parameters
@@ -57,7 +58,6 @@ from .training import (
     fit,
     make_optimizer,
     noam_scheduler,
-    read_checkpoint,
 )
 from .translation import evaluate, load_run, translate
 

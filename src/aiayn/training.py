@@ -4,8 +4,9 @@ Section 5.3 trains with Adam (β1 = 0.9, β2 = 0.98, ε = 1e-9) and a learning r
 for ``warmup`` steps and then decays with the inverse square root of the step ("Noam" schedule).
 Section 5.4 smooths the labels with ε_ls = 0.1.
 
-Read top to bottom: the schedule, the loss, batches, checkpoints, one ``train_step``, and ``fit``,
-which runs epochs of steps, evaluates, saves and resumes, telling a ``hook`` what happened.
+Read top to bottom: the schedule, the loss, batches, one ``train_step``, and ``fit``, which runs
+epochs of steps, evaluates, saves checkpoints (``aiayn.checkpoints``) and resumes from them, telling
+a ``hook`` what happened.
 
     B  batch        S  source length        T  target length        V, C  vocabulary size (classes)
     N  number of target tokens in a flattened batch
@@ -13,24 +14,29 @@ which runs epochs of steps, evaluates, saves and resumes, telling a ``hook`` wha
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checkpoints import (
+    checkpoint_bytes,
+    load_checkpoint,
+    read_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from .checks import (
     AtomicWriter,
     WrittenFile,
-    atomic_write,
     check_positive,
     check_token_dtype,
 )
@@ -528,156 +534,6 @@ def mean_loss(
     return total / tokens
 
 
-# --- Checkpoints ----------------------------------------------------------------------------------
-
-
-def _rng_state() -> dict[str, Any]:
-    """The torch random states (CPU and every CUDA device), as ``weights_only`` loading accepts."""
-    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def checkpoint_bytes(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    step: int = 0,
-    epoch: int = 0,
-    extra: dict[str, Any] | None = None,
-) -> memoryview:
-    """The checkpoint ``save_checkpoint`` writes, serialized in memory (``torch.save``)."""
-    checkpoint = {
-        "model": model.state_dict(),
-        "optimizer": None if optimizer is None else optimizer.state_dict(),
-        "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "step": int(step),
-        "epoch": int(epoch),
-        "rng": _rng_state(),
-        "extra": {} if extra is None else extra,
-    }
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    return buffer.getbuffer()
-
-
-def save_checkpoint(
-    path: str | os.PathLike,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    step: int = 0,
-    epoch: int = 0,
-    extra: dict[str, Any] | None = None,
-) -> WrittenFile:
-    """Write model, optimizer and scheduler states, the position and the RNG states, atomically.
-
-    ``checks.atomic_write`` writes a temporary file in the same folder, hashing the bytes on the
-    way, and renames it over ``path``: an interrupted save never leaves a half-written checkpoint.
-    Everything stored is a tensor or a plain container of numbers and strings, which is what
-    ``torch.load(..., weights_only=True)`` accepts.
-
-    Args:
-        path: destination file.
-        model: its ``state_dict`` is saved.
-        optimizer, scheduler: saved when given.
-        step: optimizer steps done so far.
-        epoch: the current epoch (0-based).
-        extra: more tensors, numbers, strings, lists or dicts to keep.
-
-    Returns:
-        The ``WrittenFile`` (``.path``, ``.size``, ``.sha256``); it also works as a path.
-    """
-    data = checkpoint_bytes(model, optimizer, scheduler, step, epoch, extra)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, data)
-
-
-def read_checkpoint(
-    source: str | os.PathLike | bytes, name: str | None = None
-) -> dict[str, Any]:
-    """``torch.load(..., weights_only=True)`` of a file (or its bytes), with errors that name the file.
-
-    Args:
-        source: the file, or its bytes already read (and checked) by the caller.
-        name: how the file is called in errors (default: the path).
-    """
-    label = name or str(source)
-    try:
-        data = (
-            source
-            if isinstance(source, bytes)
-            else Path(source).read_bytes()
-        )
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{label}: no such checkpoint file"
-        ) from None
-    try:
-        checkpoint = torch.load(
-            io.BytesIO(data), map_location="cpu", weights_only=True
-        )
-    except Exception as err:  # zipfile, pickle and torch errors alike
-        raise ValueError(
-            f"{label} cannot be read as a checkpoint ({type(err).__name__}: {err}); "
-            "it is truncated or damaged: restore it, or start the run afresh"
-        ) from None
-    if not isinstance(checkpoint, dict) or "model" not in checkpoint:
-        raise ValueError(
-            f"{label} is not a checkpoint of aiayn.training.save_checkpoint "
-            "(expected a dict with a 'model' state)"
-        )
-    return checkpoint
-
-
-def load_checkpoint(
-    path: str | os.PathLike | bytes,
-    model: nn.Module | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    name: str | None = None,
-) -> dict[str, Any]:
-    """Read a checkpoint written by ``save_checkpoint`` and load it into the objects given.
-
-    Loading uses ``torch.load(..., weights_only=True)``, which cannot run code from the file. The
-    RNG states are returned, not applied (``fit`` applies them when it resumes).
-
-    Args:
-        path: the checkpoint file (or its bytes).
-        model, optimizer, scheduler: loaded in place when given.
-        name: how the file is called in errors (default: the path).
-
-    Returns:
-        The checkpoint dict: ``model``, ``optimizer``, ``scheduler``, ``step``, ``epoch``, ``rng``, ``extra``.
-    """
-    label = name or str(path)
-    checkpoint = read_checkpoint(path, label)
-    try:
-        if model is not None:
-            model.load_state_dict(checkpoint["model"])
-        for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler")):
-            if obj is not None:
-                if checkpoint.get(key) is None:
-                    raise ValueError(
-                        f"{label}: the checkpoint holds no {key} state, "
-                        f"but a {key} was given to load into"
-                    )
-                obj.load_state_dict(checkpoint[key])
-    except (RuntimeError, KeyError) as err:
-        raise ValueError(
-            f"{label} does not fit this model ({type(err).__name__}: "
-            f"{str(err).splitlines()[0]}); was it written by another run?"
-        ) from None
-    return checkpoint
-
-
 # --- One training step ----------------------------------------------------------------------------
 
 
@@ -983,7 +839,7 @@ def fit(
         skip = extra.get("batches_done", 0)
         history = History.from_state_dict(extra.get("history", {}))
         # the RNG as the epoch began, then (mid-epoch) as at the save
-        _set_rng_state(extra.get("epoch_rng", checkpoint["rng"]))
+        set_rng_state(extra.get("epoch_rng", checkpoint["rng"]))
         resume_rng = checkpoint["rng"] if skip else None
 
     def tell(event: str, **values: Any) -> None:
@@ -1045,9 +901,8 @@ def fit(
         for epoch in range(start_epoch, epochs):
             if stopping():
                 break
-            epoch_rng = (
-                _rng_state()
-            )  # what any shuffling inside iter() draws from
+            # the RNG that any shuffling inside iter() draws from
+            epoch_rng = rng_state()
             iterator: Iterator = iter(_epoch_batches(batches, epoch))
             batches_done = 0
             for _ in range(skip):  # resuming mid-epoch: the batches consumed
@@ -1059,7 +914,7 @@ def fit(
                     )
             batches_done, skip = skip, 0
             if resume_rng is not None:  # ... then the RNG state at the save
-                _set_rng_state(resume_rng)
+                set_rng_state(resume_rng)
                 resume_rng = None
 
             for item in iterator:
@@ -1145,9 +1000,7 @@ def fit(
             tell("epoch_end")
             if evaluating and eval_every is None:
                 evaluate(epoch, epoch_done=True)
-            save(
-                epoch + 1, 0, _rng_state()
-            )  # a resume starts the next epoch
+            save(epoch + 1, 0, rng_state())  # a resume starts the next epoch
     finally:
         if bar is not None:
             bar.close()

@@ -21,13 +21,14 @@ from typing import Any, Literal
 import torch
 
 from .bleu import corpus_bleu
+from .checkpoints import read_checkpoint
 from .checks import check_int, resolve_device
 from .data import BOS, EOS, Tokenizer, encode_pairs, load_multi30k
 from .decoding import beam_search, greedy_decode
 from .model import Transformer
 from .presets import TrainConfig, build_model
 from .runs import CHECKPOINT, RESULTS, TOKENIZER, RunFolder, RunFolderError
-from .training import eval_batches, mean_loss, read_checkpoint
+from .training import eval_batches, mean_loss
 
 __all__ = [
     "average_checkpoints",
