@@ -261,9 +261,9 @@ def test_peak_table_matches_device_names():
 
 
 def test_presets_and_their_errors():
-    assert set(PRESETS) == {"multi30k", "multi30k-smoke"}
+    assert {"multi30k", "multi30k-smoke"} <= set(PRESETS)
     assert get_preset("multi30k", max_steps=10).max_steps == 10
-    with pytest.raises(ValueError, match="unknown preset 'nope'; the presets are: multi30k, multi30k-smoke"):
+    with pytest.raises(ValueError, match=f"unknown preset 'nope'; the presets are: {', '.join(PRESETS)}$"):
         get_preset("nope")
     with pytest.raises(ValueError, match="amp must be 'auto', 'bf16' or None, got 'fp16'"):
         TrainConfig(amp="fp16")
@@ -312,7 +312,7 @@ def test_train_command_rejects_an_unknown_preset(tmp_path, capsys):
         train_cli.main(["--preset", "nope", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err == "error: unknown preset 'nope'; the presets are: multi30k, multi30k-smoke\n"
+    assert err == f"error: unknown preset 'nope'; the presets are: {', '.join(PRESETS)}\n"
 
 
 def test_evaluate_command_prints_both_scores(smoke_run, root, capsys):
