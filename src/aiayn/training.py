@@ -83,8 +83,8 @@ def noam_rate(
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(
-            f"step counts from 1, got {step!r} (LambdaLR calls its lambda with 0 first: use noam_scheduler, "
-            "which passes step + 1)"
+            f"step counts from 1, got {step!r} (LambdaLR calls its lambda "
+            "with 0 first: use noam_scheduler, which passes step + 1)"
         )
     check_positive(d_model=d_model, warmup=warmup)
     _check_factor(factor)
@@ -220,8 +220,9 @@ class LabelSmoothingLoss(nn.Module):
             target.shape
         ):
             raise ValueError(
-                f"expected logits (N, C) with target (N,) or logits (B, T, C) with target (B, T), "
-                f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
+                "expected logits (N, C) with target (N,) or logits "
+                "(B, T, C) with target (B, T), got logits "
+                f"{tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         C = logits.size(-1)
         log_p = F.log_softmax(
@@ -233,8 +234,8 @@ class LabelSmoothingLoss(nn.Module):
         if bool(outside.any()):
             bad = target[outside][:5].tolist()
             raise ValueError(
-                f"target: expected class ids in [0, {C}) (or ignore_index={self.ignore_index}), "
-                f"got {bad}"
+                f"target: expected class ids in [0, {C}) "
+                f"(or ignore_index={self.ignore_index}), got {bad}"
             )
         safe_target = torch.where(
             keep, target, torch.zeros_like(target)
