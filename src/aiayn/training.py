@@ -216,9 +216,8 @@ class LabelSmoothingLoss(nn.Module):
             A scalar (``"mean"``, ``"sum"``) or the per-token losses shaped like ``target`` (``"none"``).
         """
         check_token_dtype(target, "target")
-        if logits.dim() not in (2, 3) or tuple(logits.shape[:-1]) != tuple(
-            target.shape
-        ):
+        shapes_match = tuple(logits.shape[:-1]) == tuple(target.shape)
+        if logits.dim() not in (2, 3) or not shapes_match:
             raise ValueError(
                 "expected logits (N, C) with target (N,) or logits "
                 "(B, T, C) with target (B, T), got logits "
@@ -237,23 +236,18 @@ class LabelSmoothingLoss(nn.Module):
                 f"target: expected class ids in [0, {C}) "
                 f"(or ignore_index={self.ignore_index}), got {bad}"
             )
-        safe_target = torch.where(
-            keep, target, torch.zeros_like(target)
-        )  # any valid id where ignored
-        nll = -log_p.gather(-1, safe_target[:, None]).squeeze(
-            -1
-        )  # (N,)  −log p_target
-        uniform = -log_p.mean(dim=-1)  # (N,)  mean over classes of −log p_c
-        loss = (
-            (1.0 - self.smoothing) * nll + self.smoothing * uniform
-        ) * keep  # (N,)
+        # any valid id where the target is ignored (zeroed by `keep` below)
+        safe_target = torch.where(keep, target, torch.zeros_like(target))
+        nll = -log_p.gather(-1, safe_target[:, None])[:, 0]  # (N,) −log p_y
+        uniform = -log_p.mean(dim=-1)  # (N,) mean over classes of −log p_c
+        eps = self.smoothing
+        loss = ((1.0 - eps) * nll + eps * uniform) * keep  # (N,)
         if self.reduction == "none":
             return loss.view(logits.shape[:-1])  # (N,) or (B, T)
         if self.reduction == "sum":
             return loss.sum()
-        return (
-            loss.sum() / keep.sum()
-        )  # NaN when every token is ignored, as F.cross_entropy
+        # NaN when every token is ignored, as F.cross_entropy gives
+        return loss.sum() / keep.sum()
 
     def extra_repr(self) -> str:
         return f"smoothing={self.smoothing}, ignore_index={self.ignore_index}, reduction={self.reduction!r}"
