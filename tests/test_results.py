@@ -131,3 +131,17 @@ def test_the_chapter_states_the_rescored_bleu(rescored):
         f"{sacre.score:.2f} sacreBLEU" in prose
         or f"sacreBLEU {sacre.score:.2f}" in prose
     )
+
+
+def test_the_laptop_record_is_the_laptop_preset():
+    from dataclasses import asdict
+
+    from aiayn.recipes import PRESETS, TrainConfig
+
+    laptop = json.loads((RESULTS / "laptop.json").read_text())
+    assert laptop["command"].startswith("python -m aiayn.train --preset laptop ")
+    recorded = TrainConfig.from_dict(laptop["config"])
+    assert asdict(recorded) == asdict(PRESETS["laptop"])
+    assert laptop["wall_s"] <= 300  # the chapter says: about five minutes on 2 cores
+    assert laptop["short"]["bleu"] > 20 and laptop["short"]["sentences"] == 280
+    assert len(laptop["examples"]) == 6
