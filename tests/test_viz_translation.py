@@ -545,3 +545,9 @@ def test_sentence_bleu_frame_and_its_charts():
     assert bars["encoding"]["x"]["sort"] == ["1-8"]
     with pytest.raises(ValueError, match="3 sources, 2 translations"):
         viz.sentence_bleu_frame(["a", "b", "c"], hyps[:2], refs)
+
+
+def test_translator_text_form_fits_a_code_box(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    translator = Translator(model, tokenizer, text="ein hund", beam=2)
+    assert repr(translator) == "Translator(text='ein hund', beam=2)"

@@ -481,6 +481,12 @@ class Translator(ipywidgets.VBox):
             control.observe(self._on_change, names="value")
         self.redraw()
 
+    def __repr__(self) -> str:
+        # the text form of the widget in a notebook: short, to fit a code box
+        return (
+            f"Translator(text={self.text.value!r}, beam={self.beam.value})"
+        )
+
     def _on_change(self, change) -> None:
         self.redraw()
 
