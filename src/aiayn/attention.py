@@ -76,9 +76,8 @@ def _check_mask_shape(
     """Raise unless the boolean ``mask`` broadcasts to ``scores_shape``."""
     _check_bool_mask(mask)
     try:
-        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(
-            scores_shape
-        )
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+        ok = shape == torch.Size(scores_shape)
     except RuntimeError:
         ok = False
     if not ok:
@@ -129,9 +128,8 @@ def prepare_mask(mask: torch.Tensor) -> PreparedMask:
     """
     mask = _with_heads_axis(mask)  # (B or 1, 1 or h, L_q, L_k)
     empty = ~mask.any(dim=-1, keepdim=True)  # (B or 1, 1 or h, L_q or 1, 1)
-    checkable = (
-        mask.device.type == "cpu" and not torch.compiler.is_compiling()
-    )
+    on_cpu = mask.device.type == "cpu"
+    checkable = on_cpu and not torch.compiler.is_compiling()
     if checkable and not bool(empty.any()):
         return PreparedMask(mask, mask, None)
     return PreparedMask(mask, mask | empty, empty)
@@ -178,13 +176,11 @@ def scaled_dot_product_attention(
             f"temperature must be positive, got {temperature!r}"
         )
     d_k = query.size(-1)
-    scores = (
-        query @ key.transpose(-2, -1) / (math.sqrt(d_k) * temperature)
-    )  # (..., L_q, L_k)
+    # (..., L_q, L_k)
+    scores = query @ key.transpose(-2, -1) / (math.sqrt(d_k) * temperature)
     if mask is not None:
-        empty = _fully_masked_rows(
-            mask, tuple(scores.shape)
-        )  # (..., L_q or 1, 1)
+        # (..., L_q or 1, 1), True for a query that may attend to nothing
+        empty = _fully_masked_rows(mask, tuple(scores.shape))
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)  # (..., L_q, L_k)
     if mask is not None:
@@ -218,30 +214,18 @@ def _fused_attention(
         query.size(-2),
         key.size(-2),
     )
-    if isinstance(
-        mask, PreparedMask
-    ):  # rows already repaired, once for all layers
+    if isinstance(mask, PreparedMask):
+        # rows already repaired, once for all layers
         _check_mask_shape(mask.mask, scores_shape)
-        output = F.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=mask.allowed,
-            dropout_p=dropout_p,
-            scale=scale,
-        )  # (..., L_q, d_v)
-        if mask.empty is None:
-            return output
-        return output.masked_fill(mask.empty, 0.0)
-    empty = _fully_masked_rows(mask, scores_shape)  # (..., L_q or 1, 1)
+        allowed, empty = mask.allowed, mask.empty
+    else:
+        empty = _fully_masked_rows(mask, scores_shape)  # (..., L_q or 1, 1)
+        allowed = mask | empty
     output = F.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=mask | empty,
-        dropout_p=dropout_p,
-        scale=scale,
-    )  # (..., L_q, d_v)
+        query, key, value, allowed, dropout_p=dropout_p, scale=scale
+    )
+    if empty is None:
+        return output  # (..., L_q, d_v)
     return output.masked_fill(empty, 0.0)
 
 
@@ -395,10 +379,8 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self._projections(query, key, value)
         if self.use_fused:
-            dropout_p = self.dropout.p if self.training else 0.0
-            heads = _fused_attention(
-                q, k, v, mask, dropout_p, self.temperature
-            )  # (B, h, L_q, d_v)
+            p = self.dropout.p if self.training else 0.0
+            heads = _fused_attention(q, k, v, mask, p, self.temperature)
             self.attn = None
         else:
             if isinstance(mask, PreparedMask):
@@ -407,11 +389,9 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, mask, self.dropout, self.temperature
             )
             self.attn = weights.detach()  # (B, h, L_q, L_k)
-        concat = (
-            heads.transpose(1, 2)
-            .contiguous()
-            .view(B, L_q, self.h * self.d_v)
-        )  # (B, L_q, h * d_v)
+        # heads: (B, h, L_q, d_v); put the heads side by side again
+        concat = heads.transpose(1, 2).contiguous()  # (B, L_q, h, d_v)
+        concat = concat.view(B, L_q, self.h * self.d_v)  # (B, L_q, h * d_v)
         return self.w_o(concat)  # (B, L_q, d_model)
 
     def _projections(
@@ -419,15 +399,13 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project and split into heads: q ``(B, h, L_q, d_k)``, k ``(B, h, L_k, d_k)``, v ``(B, h, L_k, d_v)``."""
         B, L_q, L_k = query.size(0), query.size(1), key.size(1)
-        q = (
-            self.w_q(query).view(B, L_q, self.h, self.d_k).transpose(1, 2)
-        )  # (B, h, L_q, d_k)
-        k = (
-            self.w_k(key).view(B, L_k, self.h, self.d_k).transpose(1, 2)
-        )  # (B, h, L_k, d_k)
-        v = (
-            self.w_v(value).view(B, L_k, self.h, self.d_v).transpose(1, 2)
-        )  # (B, h, L_k, d_v)
+        h, d_k, d_v = self.h, self.d_k, self.d_v
+        q = self.w_q(query)  # (B, L_q, h * d_k)
+        k = self.w_k(key)  # (B, L_k, h * d_k)
+        v = self.w_v(value)  # (B, L_k, h * d_v)
+        q = q.view(B, L_q, h, d_k).transpose(1, 2)  # (B, h, L_q, d_k)
+        k = k.view(B, L_k, h, d_k).transpose(1, 2)  # (B, h, L_k, d_k)
+        v = v.view(B, L_k, h, d_v).transpose(1, 2)  # (B, h, L_k, d_v)
         return q, k, v
 
     def _fast_projections(
@@ -439,14 +417,13 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``_projections`` with packed products (when ``packed``) and the decoding cache."""
         B, L_q, L_k = query.size(0), query.size(1), key.size(1)
+        h, d_k, d_v = self.h, self.d_k, self.d_v
         if cache is not None and cache.static and cache.k is not None:
-            q = self.w_q(query)  # (B, L_q, h * d_k); k and v are the cache's
-            q = q.view(B, L_q, self.h, self.d_k).transpose(1, 2)
-            return (
-                q,
-                cache.k,
-                cache.v,
-            )  # (B, h, L_q, d_k), (B, h, S, d_k/d_v)
+            # cross-attention after the first step: k and v are the cache's,
+            # (B, h, S, d_k) and (B, h, S, d_v), computed from the source
+            q = self.w_q(query)  # (B, L_q, h * d_k)
+            q = q.view(B, L_q, h, d_k).transpose(1, 2)  # (B, h, L_q, d_k)
+            return q, cache.k, cache.v
         if self.packed and query is key and key is value:
             q, k, v = self._packed_linear(("w_q", "w_k", "w_v"), query)
         elif self.packed and key is value:
@@ -454,15 +431,9 @@ class MultiHeadAttention(nn.Module):
             k, v = self._packed_linear(("w_k", "w_v"), key)
         else:
             q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
-        q = q.view(B, L_q, self.h, self.d_k).transpose(
-            1, 2
-        )  # (B, h, L_q, d_k)
-        k = k.view(B, L_k, self.h, self.d_k).transpose(
-            1, 2
-        )  # (B, h, L_k, d_k)
-        v = v.view(B, L_k, self.h, self.d_v).transpose(
-            1, 2
-        )  # (B, h, L_k, d_v)
+        q = q.view(B, L_q, h, d_k).transpose(1, 2)  # (B, h, L_q, d_k)
+        k = k.view(B, L_k, h, d_k).transpose(1, 2)  # (B, h, L_k, d_k)
+        v = v.view(B, L_k, h, d_v).transpose(1, 2)  # (B, h, L_k, d_v)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, h, len(cache), d_k/d_v)
         return q, k, v
@@ -491,9 +462,8 @@ class MultiHeadAttention(nn.Module):
         weights = [lin.weight for lin in linears]
         biases = [lin.bias for lin in linears if lin.bias is not None]
         tensors = weights + biases
-        traced = torch.is_grad_enabled() and any(
-            t.requires_grad for t in tensors
-        )
+        needs_grad = any(t.requires_grad for t in tensors)
+        traced = torch.is_grad_enabled() and needs_grad
         if traced or torch.compiler.is_compiling():
             return torch.cat(weights), torch.cat(biases) if biases else None
         stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
