@@ -24,7 +24,9 @@ from aiayn.bench import (
     synthetic_batches,
     training_flops,
 )
-from aiayn.data import EOS, PAD, SHA256
+from aiayn.data import BOS, EOS, PAD, SHA256, load_multi30k
+from aiayn.decoding import beam_search
+from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.presets import PRESETS, TrainConfig, get_preset
 from aiayn.recipes import train
@@ -149,6 +151,37 @@ def test_translate_returns_outputs_in_input_order(smoke_run):
     assert translate(model, tokenizer, []) == []
     with pytest.raises(TypeError, match="list of str"):
         translate(model, tokenizer, "Ein Hund.")
+
+
+def _translate_by_exact_length(model, tokenizer, sentences, beam, max_len_a, max_len_b):
+    """The reference: one source length per batch (no padding), no cache, the explicit code."""
+    ids = [s[: model.config.max_len - 1] + [EOS] for s in tokenizer.encode_batch(sentences)]
+    out = [""] * len(ids)
+    with set_fast(model, False):
+        for S in sorted({len(s) for s in ids}):
+            rows = [i for i, s in enumerate(ids) if len(s) == S]
+            src = torch.tensor([ids[i] for i in rows])  # (B, S)
+            limit = min(int(max_len_a * S + max_len_b) + 1, model.config.max_len)
+            tokens = beam_search(model, src, None, limit, BOS, EOS, beam, 0.6, use_cache=False).tokens
+            for i, text in zip(rows, tokenizer.decode_batch(tokens), strict=True):
+                out[i] = text
+    return out
+
+
+def test_translate_equals_uncached_exact_length_decoding(smoke_run, root):
+    _, tokenizer, model, _ = load_run(smoke_run[0])
+    assert model.config.fused_attention  # so translate switches set_fast on
+    sentences = [de for de, _ in load_multi30k("val", root)[:16]]
+    settings = dict(beam=2, max_len_a=1.1, max_len_b=5)
+    reference = _translate_by_exact_length(model, tokenizer, sentences, **settings)
+    out = translate(model, tokenizer, sentences, batch_size=6, **settings)  # padded batches of 6
+    assert out == reference
+    assert len({len(s) for s in tokenizer.encode_batch(sentences)}) > 5  # the batches mix lengths
+    # set_fast is switched back off afterwards
+    assert not any(getattr(m, "packed", False) for m in model.modules())
+    # each sentence's translation is the same in any company
+    assert translate(model, tokenizer, sentences[::-1], batch_size=7, **settings) == out[::-1]
+    assert [translate(model, tokenizer, [s], **settings)[0] for s in sentences[:4]] == out[:4]
 
 
 def test_resume_continues_exactly_where_the_run_stopped(tmp_path, root, cache):

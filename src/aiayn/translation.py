@@ -1,7 +1,8 @@
 """Translating with a trained run and scoring it: load a run folder, translate, evaluate.
 
 ``load_run(run_dir)`` rebuilds the model of a run folder (the last epochs' weights averaged, as the
-paper does); ``translate`` decodes sentences in length-sorted batches; ``evaluate`` translates a
+paper does); ``translate`` decodes sentences in padded batches of similar length with the
+key/value cache; ``evaluate`` translates a
 split, scores it with our BLEU and sacreBLEU, and keeps one result per decoding setting.
 
     B  batch        S  source length        L  output length
@@ -9,6 +10,7 @@ split, scores it with our BLEU and sacreBLEU, and keeps one result per decoding 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -24,7 +26,8 @@ from .bleu import corpus_bleu
 from .checkpoints import read_checkpoint
 from .checks import check_int, resolve_device
 from .data import BOS, EOS, Tokenizer, encode_pairs, load_multi30k
-from .decoding import beam_search, greedy_decode
+from .decoding import decode_sorted
+from .layers import set_fast
 from .model import Transformer
 from .presets import TrainConfig, build_model
 from .runs import CHECKPOINT, RESULTS, TOKENIZER, RunFolder, RunFolderError
@@ -146,14 +149,18 @@ def translate(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     amp_dtype: torch.dtype | None = None,
+    fast: bool | None = None,
 ) -> list[str]:
     """Translate ``sentences`` and return detokenized strings, in input order.
 
-    Sentences are grouped by length and decoded up to ``batch_size`` at a time, with beam search
-    (``beam > 1``) or greedy decoding (``beam == 1``). A batch holds sources of one length S
-    (``<eos>`` included): no padding, one output limit ``max_len_a · S + max_len_b`` (capped at the
-    model's ``max_len``) for all, and a batch of short sentences stops early. So a sentence's
-    translation does not depend on which others are translated with it. Sources longer than
+    ``decoding.decode_sorted`` does the work: the sources are sorted by length and decoded up to
+    ``batch_size`` at a time, each batch padded to its longest source, with the key/value cache
+    (the decoder runs over one new position per step), by beam search (``beam > 1``) or greedy
+    decoding (``beam == 1``). Every sentence keeps its own output limit,
+    ``max_len_a · S + max_len_b`` tokens for a source of S ids (``<eos>`` included, capped at the
+    model's ``max_len``), and padded keys get a weight of exactly zero, so a sentence's
+    translation does not depend on which others are translated with it (only float rounding can
+    differ; the tests compare the lines with the uncached, unpadded decoding). Sources longer than
     ``max_len`` are cut there.
 
     Args:
@@ -165,6 +172,9 @@ def translate(
         batch_size: most sentences per batch (each becomes K rows in beam search).
         max_len_a, max_len_b: the output length limit.
         amp_dtype: run under ``torch.autocast`` with this dtype (``torch.bfloat16`` on CUDA is faster).
+        fast: decode with every fast path on (``layers.set_fast``: fused attention, packed q/k/v,
+            ``F.layer_norm``), restored afterwards; ``None``: when the model's config has
+            ``fused_attention`` on, as the trained runs do.
     """
     if isinstance(sentences, str) or not all(
         isinstance(s, str) for s in sentences
@@ -178,47 +188,28 @@ def translate(
             f"the tokenizer has {tokenizer.vocab_size} ids (<eos> = {EOS}) but the model's vocabulary "
             f"has {V}: use the tokenizer the model was trained with"
         )
+    if not sentences:
+        return []
     device = next(model.parameters()).device
     max_len = model.config.max_len
     ids = [
         s[: max_len - 1] + [EOS]
         for s in tokenizer.encode_batch(list(sentences))
     ]
-    by_length: dict[int, list[int]] = {}
-    for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
-        by_length.setdefault(len(ids[i]), []).append(i)
-    chunks = [
-        same[k : k + batch_size]
-        for same in by_length.values()
-        for k in range(0, len(same), batch_size)
-    ]
-    out: list[str] = [""] * len(ids)
-    for chunk in chunks:
-        S = len(ids[chunk[0]])
-        src = torch.tensor(
-            [ids[i] for i in chunk], dtype=torch.long, device=device
-        )  # (B, S), no padding
-        limit = min(
-            int(max_len_a * S + max_len_b) + 1, max_len
-        )  # + 1 for <bos>
-        with torch.autocast(
+    fast = model.config.fused_attention if fast is None else fast
+    with (
+        set_fast(model) if fast else contextlib.nullcontext(),
+        torch.autocast(
             device.type,
             dtype=amp_dtype or torch.bfloat16,
             enabled=amp_dtype is not None,
-        ):
-            if beam == 1:
-                tokens = greedy_decode(
-                    model, src, None, limit, BOS, EOS
-                )  # (B, L)
-            else:
-                tokens = beam_search(
-                    model, src, None, limit, BOS, EOS, beam, length_penalty
-                ).tokens  # (B, L)
-        for i, text in zip(
-            chunk, tokenizer.decode_batch(tokens.cpu()), strict=True
-        ):
-            out[i] = text
-    return out
+        ),
+    ):
+        outputs = decode_sorted(
+            model, ids, BOS, EOS, beam, length_penalty, batch_size,
+            max_len_a, max_len_b, use_cache=True,
+        )  # fmt: skip
+    return tokenizer.decode_batch(outputs)
 
 
 @dataclass(frozen=True)
