@@ -68,9 +68,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L, d_model)`` -> ``(B, L, d_model)``."""
-        return self.w_2(
-            self.dropout(self.w_1(x).relu())
-        )  # (B, L, d_ff) inside
+        hidden = self.dropout(self.w_1(x).relu())  # (B, L, d_ff)
+        return self.w_2(hidden)  # (B, L, d_model)
 
 
 class LayerNorm(nn.Module):
@@ -100,12 +99,10 @@ class LayerNorm(nn.Module):
                 x, self.weight.shape, self.weight, self.bias, self.eps
             )
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = (
-            (x - mean).pow(2).mean(dim=-1, keepdim=True)
-        )  # (..., 1), biased
-        return (x - mean) / torch.sqrt(
-            var + self.eps
-        ) * self.weight + self.bias
+        # the biased variance: divide by d_model, as nn.LayerNorm does
+        var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        x_hat = (x - mean) / torch.sqrt(var + self.eps)  # (..., d_model)
+        return x_hat * self.weight + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}, fused={self.fused}"
@@ -165,12 +162,11 @@ class EncoderLayer(nn.Module):
             d_model, h, dropout, d_k=d_k, d_v=d_v
         )
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList(
-            [
-                SublayerConnection(d_model, dropout, norm_first)
-                for _ in range(2)
-            ]
-        )
+        sublayers = [
+            SublayerConnection(d_model, dropout, norm_first)
+            for _ in range(2)
+        ]
+        self.sublayers = nn.ModuleList(sublayers)
 
     def forward(
         self, x: torch.Tensor, src_mask: Mask | None = None
@@ -216,12 +212,11 @@ class DecoderLayer(nn.Module):
             d_model, h, dropout, d_k=d_k, d_v=d_v
         )
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList(
-            [
-                SublayerConnection(d_model, dropout, norm_first)
-                for _ in range(3)
-            ]
-        )
+        sublayers = [
+            SublayerConnection(d_model, dropout, norm_first)
+            for _ in range(3)
+        ]
+        self.sublayers = nn.ModuleList(sublayers)
 
     def forward(
         self,
@@ -245,15 +240,15 @@ class DecoderLayer(nn.Module):
             ``(B, T, d_model)``.
         """
         self_cache, cross_cache = (None, None) if cache is None else cache
-        x = self.sublayers[0](
-            x, lambda y: self.self_attn(y, y, y, tgt_mask, self_cache)
-        )
-        x = self.sublayers[1](
-            x,
-            lambda y: self.cross_attn(
-                y, memory, memory, src_mask, cross_cache
-            ),
-        )
+
+        def attend_self(y: torch.Tensor) -> torch.Tensor:
+            return self.self_attn(y, y, y, tgt_mask, self_cache)
+
+        def attend_source(y: torch.Tensor) -> torch.Tensor:
+            return self.cross_attn(y, memory, memory, src_mask, cross_cache)
+
+        x = self.sublayers[0](x, attend_self)
+        x = self.sublayers[1](x, attend_source)
         return self.sublayers[2](x, self.feed_forward)
 
 
@@ -275,14 +270,11 @@ class _Stack(nn.Module):
     ):
         super().__init__()
         check_positive(N=N)
-        self.layers = nn.ModuleList(
-            [
-                self.layer_type(
-                    d_model, h, d_ff, dropout, norm_first, d_k=d_k, d_v=d_v
-                )
-                for _ in range(N)
-            ]
-        )
+        layers = [
+            self.layer_type(d_model, h, d_ff, dropout, norm_first, d_k, d_v)
+            for _ in range(N)
+        ]
+        self.layers = nn.ModuleList(layers)
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
         self.prepare_masks = False  # the fast path's masks, see prepare_mask
 
@@ -345,10 +337,8 @@ class Decoder(_Stack):
         cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """Args as in ``DecoderLayer.forward``; ``cache`` holds every layer's. Returns ``(B, T, d_model)``."""
-        src_mask, tgt_mask = (
-            self._prepared(src_mask),
-            self._prepared(tgt_mask),
-        )
+        src_mask = self._prepared(src_mask)
+        tgt_mask = self._prepared(tgt_mask)
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[i]
             x = layer(x, memory, src_mask, tgt_mask, layer_cache)
