@@ -221,33 +221,15 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = c = config
         src_tokens = Embeddings(c.src_vocab_size, c.d_model)
-        tgt_tokens = (
-            src_tokens
-            if c.share_embeddings
-            else Embeddings(c.tgt_vocab_size, c.d_model)
-        )
+        if c.share_embeddings:
+            tgt_tokens = src_tokens
+        else:
+            tgt_tokens = Embeddings(c.tgt_vocab_size, c.d_model)
         self.src_embed = nn.Sequential(src_tokens, *self._positions(c))
         self.tgt_embed = nn.Sequential(tgt_tokens, *self._positions(c))
-        self.encoder = Encoder(
-            c.d_model,
-            c.h,
-            c.d_ff,
-            c.dropout,
-            c.N,
-            c.norm_first,
-            c.d_k,
-            c.d_v,
-        )
-        self.decoder = Decoder(
-            c.d_model,
-            c.h,
-            c.d_ff,
-            c.dropout,
-            c.N,
-            c.norm_first,
-            c.d_k,
-            c.d_v,
-        )
+        args = (c.d_model, c.h, c.d_ff, c.dropout, c.N, c.norm_first)
+        self.encoder = Encoder(*args, d_k=c.d_k, d_v=c.d_v)
+        self.decoder = Decoder(*args, d_k=c.d_k, d_v=c.d_v)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         if c.tie_output:
             self.generator.weight = tgt_tokens.weight
@@ -278,23 +260,17 @@ class Transformer(nn.Module):
         mask: torch.Tensor, name: str, full: tuple[int, int, int, int]
     ) -> None:
         """Accept a boolean 4-D mask whose every axis is the full size or 1, except the last (keys)."""
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            kind = (
-                mask.dtype
-                if isinstance(mask, torch.Tensor)
-                else type(mask).__name__
-            )
+        is_tensor = isinstance(mask, torch.Tensor)
+        if not is_tensor or mask.dtype != torch.bool:
+            kind = mask.dtype if is_tensor else type(mask).__name__
             raise TypeError(
                 f"{name}: expected a boolean mask (True = may attend), got {kind}"
             )
         shape = tuple(mask.shape)
-        fits = (
-            len(shape) == 4
-            and shape[3] == full[3]
-            and all(
-                s in (1, f) for s, f in zip(shape[:3], full[:3], strict=True)
-            )
-        )
+        fits = len(shape) == 4 and shape[3] == full[3]
+        if fits:  # every other axis is the full size or 1
+            pairs = zip(shape[:3], full[:3], strict=True)
+            fits = all(s in (1, f) for s, f in pairs)
         if not fits:
             raise ValueError(
                 f"{name}: expected a 4-D mask broadcastable to (B, 1, L_q, L_k) = {full}, got {shape}"
@@ -341,15 +317,9 @@ class Transformer(nn.Module):
         Returns:
             ``(B, T, d_model)``.
         """
-        if (
-            not isinstance(memory, torch.Tensor)
-            or not memory.dtype.is_floating_point
-        ):
-            kind = (
-                memory.dtype
-                if isinstance(memory, torch.Tensor)
-                else type(memory).__name__
-            )
+        is_tensor = isinstance(memory, torch.Tensor)
+        if not is_tensor or not memory.dtype.is_floating_point:
+            kind = memory.dtype if is_tensor else type(memory).__name__
             raise TypeError(
                 "memory: expected a floating-point tensor from encode(), "
                 f"got {kind}"
@@ -375,9 +345,8 @@ class Transformer(nn.Module):
         if tgt_mask is None:
             tgt_mask = decoder_mask(tgt, self.config.pad_id)
         self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
-        return self.decoder(
-            self.tgt_embed(tgt), memory, src_mask, tgt_mask
-        )  # (B, T, d_model)
+        x = self.tgt_embed(tgt)  # (B, T, d_model)
+        return self.decoder(x, memory, src_mask, tgt_mask)  # (B, T, d_model)
 
     def new_cache(self) -> DecoderCache:
         """An empty ``DecoderCache`` for ``decode(..., cache=...)``, one step at a time."""
@@ -402,10 +371,9 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"cache holds {cache.real.size(0)} sequences but tgt has batch size {B}"
             )
-        real = tgt != self.config.pad_id  # (B, T)
-        seen = (
-            real if cache.real is None else torch.cat([cache.real, real], 1)
-        )
+        seen = tgt != self.config.pad_id  # (B, T), True = a token
+        if cache.real is not None:
+            seen = torch.cat([cache.real, seen], 1)  # (B, P + T)
         if tgt_mask is None:
             tgt_mask = seen[:, None, None, :]  # (B, 1, 1, P + T), padding
             if T > 1:  # and look-ahead among the new positions
@@ -413,19 +381,16 @@ class Transformer(nn.Module):
                 tgt_mask = tgt_mask & causal  # (B, 1, T, P + T)
         self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, P + T))
         cache.real = seen  # (B, P + T)
+        # the embeddings, then the positions P .. P + T - 1
+        positional = (PositionalEncoding, LearnedPositionalEmbedding)
         x = tgt
-        for (
-            module
-        ) in self.tgt_embed:  # embeddings, then positions P .. P + T - 1
-            positional = (PositionalEncoding, LearnedPositionalEmbedding)
-            x = (
-                module(x, start=P)
-                if isinstance(module, positional)
-                else module(x)
-            )
-        return self.decoder(
-            x, memory, src_mask, tgt_mask, cache
-        )  # (B, T, d_model)
+        for module in self.tgt_embed:
+            if isinstance(module, positional):
+                x = module(x, start=P)
+            else:
+                x = module(x)
+        # (B, T, d_model)
+        return self.decoder(x, memory, src_mask, tgt_mask, cache)
 
     def forward(
         self,
@@ -449,9 +414,8 @@ class Transformer(nn.Module):
             self._check_tokens(src, "src")
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask)  # (B, S, d_model)
-        return self.generator(
-            self.decode(memory, src_mask, tgt, tgt_mask)
-        )  # (B, T, V)
+        x = self.decode(memory, src_mask, tgt, tgt_mask)  # (B, T, d_model)
+        return self.generator(x)  # (B, T, V)
 
     def attention_maps(self) -> dict[str, list[torch.Tensor]]:
         """The attention weights of the last forward pass (explicit path), one tensor per layer.
@@ -459,16 +423,11 @@ class Transformer(nn.Module):
         Returns:
             ``{"encoder": [(B, h, S, S)] * N, "decoder_self": [(B, h, T, T)] * N, "cross": [(B, h, T, S)] * N}``.
         """
+        enc, dec = self.encoder.layers, self.decoder.layers
         maps = {
-            "encoder": [
-                layer.self_attn.attn for layer in self.encoder.layers
-            ],
-            "decoder_self": [
-                layer.self_attn.attn for layer in self.decoder.layers
-            ],
-            "cross": [
-                layer.cross_attn.attn for layer in self.decoder.layers
-            ],
+            "encoder": [layer.self_attn.attn for layer in enc],
+            "decoder_self": [layer.self_attn.attn for layer in dec],
+            "cross": [layer.cross_attn.attn for layer in dec],
         }
         if any(a is None for layers in maps.values() for a in layers):
             raise RuntimeError(
