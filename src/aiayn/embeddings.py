@@ -54,21 +54,15 @@ class Embeddings(nn.Module):
         # tensors (where the chapters and tests run), skipped on accelerators
         # and under torch.compile, where it would stall the pipeline; there the
         # embedding kernel's own index check still fires.
-        checkable = (
-            tokens.device.type == "cpu" and not torch.compiler.is_compiling()
-        )
-        if (
-            checkable
-            and tokens.numel()
-            and (
-                int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size
-            )
-        ):
+        on_cpu = tokens.device.type == "cpu"
+        checkable = on_cpu and not torch.compiler.is_compiling()
+        if checkable and tokens.numel():
             low, high = int(tokens.min()), int(tokens.max())
-            raise ValueError(
-                f"token ids must be in [0, {self.vocab_size}), "
-                f"got values from {low} to {high}"
-            )
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, {self.vocab_size}), "
+                    f"got values from {low} to {high}"
+                )
         return self.lut(tokens) * math.sqrt(self.d_model)
 
 
@@ -87,16 +81,12 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
         ``(max_len, d_model)`` float32.
     """
     check_positive(max_len=max_len, d_model=d_model)
-    position = torch.arange(max_len, dtype=torch.float64)[
-        :, None
-    ]  # (max_len, 1)
-    two_i = torch.arange(
-        0, d_model, 2, dtype=torch.float64
-    )  # (ceil(d_model / 2),)
-    angle = position / torch.pow(
-        10000.0, two_i / d_model
-    )  # (max_len, ceil(d_model / 2))
-    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    f64 = torch.float64  # rounded to float32 once, at the end
+    position = torch.arange(max_len, dtype=f64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=f64)  # (ceil(d_model / 2),)
+    # (max_len, ceil(d_model / 2))
+    angle = position / torch.pow(10000.0, two_i / d_model)
+    pe = torch.zeros(max_len, d_model, dtype=f64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
     return pe.float()
@@ -118,9 +108,8 @@ class PositionalEncoding(nn.Module):
         check_positive(d_model=d_model, max_len=max_len)
         self.dropout = nn.Dropout(dropout)
         self.max_len = max_len
-        self.register_buffer(
-            "pe", sinusoidal_encoding(max_len, d_model), persistent=False
-        )
+        pe = sinusoidal_encoding(max_len, d_model)  # (max_len, d_model)
+        self.register_buffer("pe", pe, persistent=False)
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         """``(B, L, d_model)`` -> ``(B, L, d_model)``, for positions ``start .. start + L - 1``.
@@ -138,7 +127,8 @@ class PositionalEncoding(nn.Module):
                 f"sequence of length {end} is longer than "
                 f"max_len={self.max_len} of the positional encoding"
             )
-        return self.dropout(x + self.pe[start:end].to(x.dtype))
+        pe = self.pe[start:end].to(x.dtype)  # (L, d_model), every sentence
+        return self.dropout(x + pe)  # (B, L, d_model)
 
 
 class LearnedPositionalEmbedding(nn.Module):

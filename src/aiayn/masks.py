@@ -96,5 +96,5 @@ def shift_right(tokens: torch.Tensor, bos_id: int) -> torch.Tensor:
         raise ValueError(
             f"bos_id must be a non-negative integer token id, got {bos_id!r}"
         )
-    bos = torch.full_like(tokens[:, :1], bos_id)
-    return torch.cat([bos, tokens[:, :-1]], dim=1)
+    bos = torch.full_like(tokens[:, :1], bos_id)  # (B, 1)
+    return torch.cat([bos, tokens[:, :-1]], dim=1)  # (B, T)
