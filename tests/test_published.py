@@ -274,3 +274,23 @@ def test_a_release_from_the_run_folder(tmp_path, shared):
 def test_a_release_needs_a_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint.pt"):
         P.prepare_release(tmp_path, tmp_path / "out")
+
+
+def test_the_books_results_are_what_write_results_makes_of_the_run(
+    tmp_path, shared
+):
+    """book/results holds exactly what ``python -m aiayn.published results`` writes from the run."""
+    book = ROOT / "book" / "results"
+    record = json.loads((book / "multi30k.json").read_text())
+    files = P.write_results(
+        shared, tmp_path, commit=record["commit"], date=record["measured_at"],
+        commands=record["commands"], bench=record["bench"],
+    )  # fmt: skip
+    for path in files.values():
+        assert path.read_bytes() == (book / path.name).read_bytes(), (
+            path.name
+        )
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        P.write_results(
+            tmp_path, tmp_path / "out", commit="x", date="y", commands=[]
+        )
