@@ -84,11 +84,10 @@ def _check_common(
         )
     limits = None
     if isinstance(max_len, (torch.Tensor, Sequence)):
-        values = (
-            max_len.tolist()
-            if isinstance(max_len, torch.Tensor)
-            else list(max_len)
-        )
+        if isinstance(max_len, torch.Tensor):
+            values = max_len.tolist()
+        else:
+            values = list(max_len)
         ok = all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 1
             for v in values
@@ -99,11 +98,8 @@ def _check_common(
             )
         limits = torch.tensor(values, dtype=torch.long, device=src.device)
         max_len = max(values)
-    if (
-        isinstance(max_len, bool)
-        or not isinstance(max_len, int)
-        or max_len < 1
-    ):
+    is_int = isinstance(max_len, int) and not isinstance(max_len, bool)
+    if not is_int or max_len < 1:
         raise ValueError(
             f"max_len must be a positive integer (the output length, <bos> included), got {max_len!r}"
         )
@@ -131,16 +127,13 @@ def _next_logits(
     Without a cache the decoder runs over the whole prefix; with one, over the positions the
     cache does not hold yet (the last one).
     """
-    if cache is None:
-        pad_id = model.config.pad_id
-        out = model.decode(
-            memory, src_mask, prefix, decoder_mask(prefix, pad_id)
-        )  # (B, T, d_model)
-    else:
+    if cache is None:  # the decoder runs over the whole prefix
+        tgt_mask = decoder_mask(prefix, model.config.pad_id)  # (B, 1, T, T)
+        out = model.decode(memory, src_mask, prefix, tgt_mask)
+    else:  # only over the position the cache does not hold yet
         new = prefix[:, len(cache) :]  # (B, 1)
-        out = model.decode(
-            memory, src_mask, new, cache=cache
-        )  # (B, 1, d_model)
+        out = model.decode(memory, src_mask, new, cache=cache)
+    # out: (B, T or 1, d_model); the next token's logits come from the last
     return model.generator(out[:, -1]).float()  # (B, V)
 
 
@@ -154,9 +147,9 @@ def _start(
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)  # (B, S, d_model)
-    prefix = torch.full(
-        (src.size(0), 1), bos_id, dtype=torch.long, device=src.device
-    )  # (B, 1)
+    B = src.size(0)
+    # (B, 1): every output starts with <bos>
+    prefix = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
     return memory, src_mask, prefix
 
 
@@ -170,17 +163,16 @@ def _generate(
     with _eval_mode(model):
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
         cache = model.new_cache() if use_cache else None
-        finished = torch.zeros(
-            src.size(0), dtype=torch.bool, device=src.device
-        )  # (B,)
+        B = src.size(0)
+        # (B,), True once a sentence has ended or reached its limit
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         if limits is not None:
             finished |= limits <= 1
         for _ in range(max_len - 1):
             logits = _next_logits(model, memory, src_mask, ys, cache)
             next_id = choose(logits)  # (B,)
-            next_id = next_id.masked_fill(
-                finished, pad_id
-            )  # finished rows only grow padding
+            # a finished row only grows padding
+            next_id = next_id.masked_fill(finished, pad_id)
             ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, T + 1)
             finished |= next_id == eos_id
             if limits is not None:  # a sentence at its own limit stops
@@ -216,15 +208,12 @@ def greedy_decode(
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
     """
+
+    def choose(logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(dim=-1)  # (B, V) -> (B,)
+
     return _generate(
-        model,
-        src,
-        src_mask,
-        max_len,
-        bos_id,
-        eos_id,
-        lambda logits: logits.argmax(dim=-1),
-        use_cache,
+        model, src, src_mask, max_len, bos_id, eos_id, choose, use_cache
     )
 
 
@@ -233,23 +222,20 @@ def greedy_decode(
 
 def _filter_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits of each row, set the others to -inf."""
-    kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[
-        :, -1:
-    ]  # (B, 1)
+    k = min(top_k, logits.size(-1))
+    kth = logits.topk(k, dim=-1).values[:, -1:]  # (B, 1), the k-th largest
     return logits.masked_fill(logits < kth, -math.inf)
 
 
 def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most probable tokens whose probability adds up to at least ``top_p``."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # (B, V)
-    # drop a token when the tokens before it already reach top_p (the most probable one always stays)
-    drop_sorted = (
-        cumulative - sorted_logits.softmax(dim=-1)
-    ) >= top_p  # (B, V)
-    drop = drop_sorted.scatter(
-        -1, order, drop_sorted
-    )  # back to vocabulary order
+    probs = sorted_logits.softmax(dim=-1)  # (B, V)
+    cumulative = probs.cumsum(dim=-1)  # (B, V)
+    # drop a token when the tokens before it already reach top_p
+    # (the most probable one always stays)
+    drop_sorted = (cumulative - probs) >= top_p  # (B, V)
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # vocabulary order
     return logits.masked_fill(drop, -math.inf)
 
 
@@ -283,23 +269,18 @@ def sample(
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
     """
-    if not (
-        isinstance(temperature, (int, float))
-        and temperature > 0
-        and math.isfinite(temperature)
-    ):
+    is_number = isinstance(temperature, (int, float))
+    if not (is_number and temperature > 0 and math.isfinite(temperature)):
         raise ValueError(
             f"temperature must be a positive number, got {temperature!r}"
         )
-    if top_k is not None and (
-        isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1
-    ):
+    is_int = isinstance(top_k, int) and not isinstance(top_k, bool)
+    if top_k is not None and not (is_int and top_k >= 1):
         raise ValueError(
             f"top_k must be a positive integer or None, got {top_k!r}"
         )
-    if top_p is not None and not (
-        isinstance(top_p, (int, float)) and 0 < top_p <= 1
-    ):
+    is_number = isinstance(top_p, (int, float))
+    if top_p is not None and not (is_number and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
     def choose(logits: torch.Tensor) -> torch.Tensor:
@@ -308,9 +289,9 @@ def sample(
             logits = _filter_top_k(logits, top_k)
         if top_p is not None:
             logits = _filter_top_p(logits, top_p)
-        return torch.multinomial(
-            logits.softmax(dim=-1), 1, generator=generator
-        ).squeeze(-1)  # (B,)
+        probs = logits.softmax(dim=-1)  # (B, V)
+        next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+        return next_id.squeeze(-1)  # (B,)
 
     return _generate(
         model, src, src_mask, max_len, bos_id, eos_id, choose, use_cache
@@ -375,19 +356,14 @@ def beam_search(
     Returns:
         A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
     """
-    if (
-        isinstance(beam_size, bool)
-        or not isinstance(beam_size, int)
-        or beam_size < 1
-    ):
+    is_int = isinstance(beam_size, int) and not isinstance(beam_size, bool)
+    if not is_int or beam_size < 1:
         raise ValueError(
             f"beam_size must be a positive integer, got {beam_size!r}"
         )
-    if not (
-        isinstance(length_penalty, (int, float))
-        and length_penalty >= 0
-        and math.isfinite(length_penalty)
-    ):
+    alpha = length_penalty  # α in lp(Y) = ((5 + |Y|) / 6)^α
+    is_number = isinstance(alpha, (int, float))
+    if not (is_number and alpha >= 0 and math.isfinite(alpha)):
         raise ValueError(
             "length_penalty (alpha) must be a non-negative number, "
             f"got {length_penalty!r}"
@@ -405,61 +381,46 @@ def beam_search(
         ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
         cache = model.new_cache() if use_cache else None
 
-        # Every beam starts as the same "<bos>"; only the first may expand,
-        # or the K beams would be copies.
-        log_p = torch.full(
-            (B, K), -math.inf, device=device
-        )  # (B, K)  log P of each beam
+        # Per beam, (B, K): log P, generated tokens, finished or not. Every
+        # beam starts as the same "<bos>"; only the first may expand, or the
+        # K beams would be copies.
+        log_p = torch.full((B, K), -math.inf, device=device)
         log_p[:, 0] = 0.0
-        lengths = torch.zeros(
-            B, K, dtype=torch.long, device=device
-        )  # (B, K)  generated tokens
-        finished = torch.zeros(
-            B, K, dtype=torch.bool, device=device
-        )  # (B, K)
+        lengths = torch.zeros(B, K, dtype=torch.long, device=device)
+        finished = torch.zeros(B, K, dtype=torch.bool, device=device)
         if limits is not None:
             finished |= (limits <= 1)[:, None]
 
         for _ in range(max_len - 1):
-            logits = _next_logits(
-                model, memory, src_mask, ys, cache
-            )  # (B·K, V)
+            # (B·K, V), then (B, K, V)
+            logits = _next_logits(model, memory, src_mask, ys, cache)
             V = logits.size(-1)
-            token_log_p = F.log_softmax(logits, dim=-1).view(
-                B, K, V
-            )  # (B, K, V)
+            token_log_p = F.log_softmax(logits, dim=-1).view(B, K, V)
             # a finished beam has one continuation, padding, which costs
             # nothing and does not lengthen it
             pad_only = torch.full((V,), -math.inf, device=device)
             pad_only[pad_id] = 0.0
-            token_log_p = torch.where(
-                finished[..., None], pad_only, token_log_p
-            )  # (B, K, V)
+            done = finished[..., None]  # (B, K, 1)
+            token_log_p = torch.where(done, pad_only, token_log_p)
 
             cand_log_p = log_p[..., None] + token_log_p  # (B, K, V)
             cand_len = lengths + (~finished).long()  # (B, K)
-            cand_score = (
-                cand_log_p
-                / gnmt_length_penalty(cand_len, length_penalty)[..., None]
-            )  # (B, K, V)
-            _, best = cand_score.view(B, K * V).topk(
-                K, dim=-1
-            )  # (B, K)  indices into K·V
-            beam, token = (
-                best // V,
-                best % V,
-            )  # (B, K) each: which beam it extends, with which token
+            lp = gnmt_length_penalty(cand_len, alpha)  # (B, K)
+            cand_score = cand_log_p / lp[..., None]  # (B, K, V)
+            # the K best of each sentence's K·V candidates, as indices
+            _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
+            # which beam each extends, with which token
+            beam, token = best // V, best % V  # (B, K) each
 
             log_p = cand_log_p.view(B, K * V).gather(1, best)  # (B, K)
             lengths = cand_len.gather(1, beam)  # (B, K)
             was_finished = finished.gather(1, beam)  # (B, K)
             finished = was_finished | (token == eos_id)  # (B, K)
-            rows = (beam + torch.arange(B, device=device)[:, None] * K).view(
-                -1
-            )  # (B·K,)  rows of ys to keep
-            ys = torch.cat(
-                [ys[rows], token.view(-1, 1)], dim=1
-            )  # (B·K, T + 1)
+            # the rows of ys to keep: beam b of sentence i is row i·K + b
+            offset = torch.arange(B, device=device)[:, None] * K  # (B, 1)
+            rows = (beam + offset).view(-1)  # (B·K,)
+            # (B·K, T + 1): each kept prefix and its new token
+            ys = torch.cat([ys[rows], token.view(-1, 1)], dim=1)
             if cache is not None:
                 cache.reorder(rows)  # the keys and values follow their beams
             if limits is not None:  # a sentence at its own limit stops
@@ -467,12 +428,10 @@ def beam_search(
             if finished.all():
                 break
 
-        scores = log_p / gnmt_length_penalty(
-            lengths, length_penalty
-        )  # (B, K)
+        scores = log_p / gnmt_length_penalty(lengths, alpha)  # (B, K)
         best_beam = scores.argmax(dim=-1)  # (B,)
-        pick = torch.arange(B, device=device) * K + best_beam  # (B,)
         arange = torch.arange(B, device=device)
+        pick = arange * K + best_beam  # (B,)
         return BeamSearchOutput(
             ys[pick], scores[arange, best_beam], log_p[arange, best_beam]
         )
@@ -545,22 +504,12 @@ def decode_sorted(
             min(int(max_len_a * lengths[i] + max_len_b) + 1, limit)
             for i in chunk
         ]
+        args = (model, src, None, limits, bos_id, eos_id)
         if beam_size == 1:
-            tokens = greedy_decode(
-                model, src, None, limits, bos_id, eos_id, use_cache
-            )  # (B, L)
+            tokens = greedy_decode(*args, use_cache)  # (B, L)
         else:
-            tokens = beam_search(
-                model,
-                src,
-                None,
-                limits,
-                bos_id,
-                eos_id,
-                beam_size,
-                length_penalty,
-                use_cache,
-            ).tokens  # (B, L)
+            search = beam_search(*args, beam_size, length_penalty, use_cache)
+            tokens = search.tokens  # (B, L)
         for row, i in enumerate(chunk):
             ids = tokens[row].tolist()
             while ids and ids[-1] == pad_id:  # trailing padding only
