@@ -49,19 +49,13 @@ SMOOTHING_METHODS: dict[str, float | None] = {
 _ALWAYS_SPLIT = ' !"#$%&()*+/:;<=>?@[\\]^_`{|}~'
 _TOKENIZER_RULES = [
     (re.compile("([" + re.escape(_ALWAYS_SPLIT) + "])"), r" \1 "),
-    # a period or comma is split off unless it sits between digits ("3.14", "1,000")
-    (
-        re.compile(r"([^0-9])([.,])"),
-        r"\1 \2 ",
-    ),  # ... not preceded by a digit
-    (
-        re.compile(r"([.,])([^0-9])"),
-        r" \1 \2",
-    ),  # ... not followed by a digit
-    (
-        re.compile(r"([0-9])(-)"),
-        r"\1 \2 ",
-    ),  # a dash after a digit ("5-year" -> "5 - year")
+    # a period or comma is split off unless it sits between digits
+    # ("3.14", "1,000"): when it is not preceded by a digit ...
+    (re.compile(r"([^0-9])([.,])"), r"\1 \2 "),
+    # ... or not followed by one
+    (re.compile(r"([.,])([^0-9])"), r" \1 \2"),
+    # a dash after a digit ("5-year" -> "5 - year")
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
 ]
 
 
@@ -78,18 +72,12 @@ def tokenize_13a(text: str) -> str:
         raise TypeError(
             f"tokenize_13a expects a str, got {type(text).__name__}"
         )
-    text = (
-        text.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
-    )
-    # undo the four HTML escapes mteval knows about; &amp; after &quot;, as
-    # mteval does
+    text = text.replace("<skipped>", "")
+    text = text.replace("-\n", "").replace("\n", " ")
+    # undo the four HTML escapes mteval knows, &amp; after &quot; as it does
     if "&" in text:
-        text = (
-            text.replace("&quot;", '"')
-            .replace("&amp;", "&")
-            .replace("&lt;", "<")
-            .replace("&gt;", ">")
-        )
+        text = text.replace("&quot;", '"').replace("&amp;", "&")
+        text = text.replace("&lt;", "<").replace("&gt;", ">")
     text = f" {text} "
     for pattern, replacement in _TOKENIZER_RULES:
         text = pattern.sub(replacement, text)
@@ -129,7 +117,8 @@ class BLEUResult:
     def __str__(self) -> str:
         precisions = "/".join(f"{p:.1f}" for p in self.precisions)
         return (
-            f"BLEU = {self.score:.2f} {precisions} (BP = {self.brevity_penalty:.3f} ratio = {self.ratio:.3f} "
+            f"BLEU = {self.score:.2f} {precisions} "
+            f"(BP = {self.brevity_penalty:.3f} ratio = {self.ratio:.3f} "
             f"hyp_len = {self.hyp_len} ref_len = {self.ref_len})"
         )
 
@@ -156,9 +145,8 @@ def _sentence_stats(
 ) -> tuple[int, int, list[int], list[int]]:
     """Return ``(c, r, counts, totals)`` for one tokenized hypothesis and its tokenized references."""
     hyp_tokens = hyp.split()
-    max_ref_counts: Counter = (
-        Counter()
-    )  # for each n-gram, the most times any single reference has it
+    # for each n-gram, the most times any single reference has it
+    max_ref_counts: Counter = Counter()
     for ref in refs:
         for ngram, count in _ngrams(ref.split(), max_order).items():
             max_ref_counts[ngram] = max(max_ref_counts[ngram], count)
@@ -172,8 +160,8 @@ def _sentence_stats(
 
 
 def _score(
-    counts: list[int],
-    totals: list[int],
+    counts: Sequence[int],
+    totals: Sequence[int],
     hyp_len: int,
     ref_len: int,
     max_order: int,
@@ -187,21 +175,15 @@ def _score(
     else:
         bp = 1.0
     precisions = [0.0] * max_order
+    counts, totals = tuple(counts), tuple(totals)  # as BLEUResult keeps them
 
     def result(score: float) -> BLEUResult:
         return BLEUResult(
-            score,
-            tuple(precisions),
-            bp,
-            hyp_len,
-            ref_len,
-            tuple(counts),
-            tuple(totals),
+            score, tuple(precisions), bp, hyp_len, ref_len, counts, totals
         )
 
-    if not any(
-        counts
-    ):  # not a single matching word: 0, whatever the smoothing
+    # not a single matching word: 0, whatever the smoothing
+    if not any(counts):
         return result(0.0)
 
     k = SMOOTHING_METHODS[smooth] if smooth_value is None else smooth_value
@@ -214,8 +196,7 @@ def _score(
         # add k to matches and totals of orders 2..max_order
         if smooth == "add-k" and n > 1:
             correct, total = correct + k, total + k
-        # the hypotheses are too short to have n-grams of this order (or
-        # higher)
+        # the hypotheses are too short for n-grams of this order (or higher)
         if total == 0:
             break
         # sentence-level BLEU: average only over the orders that exist
@@ -232,9 +213,8 @@ def _score(
     used = precisions[:orders_used]
     if any(p == 0.0 for p in used):  # log 0: the geometric mean is 0
         return result(0.0)
-    return result(
-        bp * math.exp(sum(math.log(p) for p in used) / orders_used)
-    )
+    log_mean = sum(math.log(p) for p in used) / orders_used
+    return result(bp * math.exp(log_mean))
 
 
 # --- Public functions -----------------------------------------------------------------------------
@@ -255,11 +235,8 @@ def _prepare(text: str, lowercase: bool) -> str:
 def _check_options(
     max_order: int, smooth: str, smooth_value: float | None
 ) -> None:
-    if (
-        isinstance(max_order, bool)
-        or not isinstance(max_order, int)
-        or max_order < 1
-    ):
+    is_int = isinstance(max_order, int) and not isinstance(max_order, bool)
+    if not is_int or max_order < 1:
         raise ValueError(
             f"max_order must be a positive integer, got {max_order!r}"
         )
@@ -303,10 +280,8 @@ def corpus_bleu(
         A ``BLEUResult``.
     """
     _check_options(max_order, smooth, smooth_value)
-    for name, value in (
-        ("hypotheses", hypotheses),
-        ("references", references),
-    ):
+    inputs = {"hypotheses": hypotheses, "references": references}
+    for name, value in inputs.items():
         if value is None:
             raise TypeError(
                 f"{name}: expected a sequence with one entry per sentence, "
@@ -336,9 +311,8 @@ def corpus_bleu(
 
     hyp_len = ref_len = 0
     counts, totals = [0] * max_order, [0] * max_order
-    for i, (hyp, refs) in enumerate(
-        zip(hypotheses, references, strict=True)
-    ):
+    pairs = zip(hypotheses, references, strict=True)
+    for i, (hyp, refs) in enumerate(pairs):
         hyp = _check_text(hyp, f"hypotheses[{i}]")
         if refs is None:
             raise TypeError(
@@ -355,28 +329,14 @@ def corpus_bleu(
             _check_text(ref, f"references[{i}][{j}]")
             for j, ref in enumerate(refs)
         ]
-        c, r, sentence_counts, sentence_totals = _sentence_stats(
-            _prepare(hyp, lowercase),
-            [_prepare(ref, lowercase) for ref in refs],
-            max_order,
-        )
+        hyp = _prepare(hyp, lowercase)
+        refs = [_prepare(ref, lowercase) for ref in refs]
+        c, r, matches, ngrams = _sentence_stats(hyp, refs, max_order)
         hyp_len, ref_len = hyp_len + c, ref_len + r
-        counts = [
-            a + b for a, b in zip(counts, sentence_counts, strict=True)
-        ]
-        totals = [
-            a + b for a, b in zip(totals, sentence_totals, strict=True)
-        ]
-    return _score(
-        counts,
-        totals,
-        hyp_len,
-        ref_len,
-        max_order,
-        smooth,
-        smooth_value,
-        effective_order,
-    )
+        counts = [a + b for a, b in zip(counts, matches, strict=True)]
+        totals = [a + b for a, b in zip(totals, ngrams, strict=True)]
+    options = (max_order, smooth, smooth_value, effective_order)
+    return _score(counts, totals, hyp_len, ref_len, *options)
 
 
 def sentence_bleu(
@@ -410,12 +370,5 @@ def sentence_bleu(
             "got None"
         )
     refs = [references] if isinstance(references, str) else list(references)
-    return corpus_bleu(
-        [hypothesis],
-        [refs],
-        max_order,
-        smooth,
-        smooth_value,
-        lowercase,
-        effective_order=True,
-    )
+    options = (max_order, smooth, smooth_value, lowercase)
+    return corpus_bleu([hypothesis], [refs], *options, effective_order=True)
