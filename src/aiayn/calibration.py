@@ -50,9 +50,8 @@ class ReliabilityBins:
     @property
     def ece(self) -> float:
         """The expected calibration error, Σ_b weight_b · |accuracy_b − confidence_b|."""
-        return float(
-            (self.weight * (self.accuracy - self.confidence).abs()).sum()
-        )
+        gap = (self.accuracy - self.confidence).abs()  # (M,)
+        return float((self.weight * gap).sum())
 
 
 def confidence_and_correct(
@@ -70,16 +69,14 @@ def confidence_and_correct(
     Returns:
         ``confidence`` ``(N',)`` float and ``correct`` ``(N',)`` bool, flattened, ignored positions removed.
     """
-    if logits.dim() not in (2, 3) or tuple(logits.shape[:-1]) != tuple(
-        target.shape
-    ):
+    leading = tuple(logits.shape[:-1])
+    if logits.dim() not in (2, 3) or leading != tuple(target.shape):
         raise ValueError(
             f"expected logits (N, C) with target (N,) or logits (B, T, C) with target (B, T), "
             f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
         )
-    probs = (
-        logits.detach().float().softmax(dim=-1).reshape(-1, logits.size(-1))
-    )  # (N, C)
+    probs = logits.detach().float().softmax(dim=-1)  # (N, C) or (B, T, C)
+    probs = probs.reshape(-1, logits.size(-1))  # (N, C)
     target = target.reshape(-1)  # (N,)
     confidence, prediction = probs.max(dim=-1)  # (N,), (N,)
     correct = prediction == target
@@ -128,19 +125,16 @@ def reliability_bins(
     _check(confidence, correct, n_bins)
     confidence = confidence.detach().double()
     correct = correct.detach().double()
-    index = (
-        (confidence * n_bins).long().clamp(max=n_bins - 1)
-    )  # (N,) bin of each prediction
-    count = torch.bincount(index, minlength=n_bins).double()  # (M,)
-    total_confidence = torch.bincount(
-        index, weights=confidence, minlength=n_bins
-    )  # (M,)
-    total_correct = torch.bincount(
-        index, weights=correct, minlength=n_bins
-    )  # (M,)
+    M = n_bins
+    # (N,) the bin of each prediction; a confidence of 1 joins the last bin
+    index = (confidence * M).long().clamp(max=M - 1)
+    count = torch.bincount(index, minlength=M).double()  # (M,)
+    # (M,) each: the sum of the confidences, and of the correct, per bin
+    total_confidence = torch.bincount(index, weights=confidence, minlength=M)
+    total_correct = torch.bincount(index, weights=correct, minlength=M)
     safe = count.clamp(min=1)  # an empty bin reports 0 and weighs 0
     return ReliabilityBins(
-        edges=torch.linspace(0, 1, n_bins + 1, dtype=torch.float64),
+        edges=torch.linspace(0, 1, M + 1, dtype=torch.float64),
         count=count,
         confidence=total_confidence / safe,
         accuracy=total_correct / safe,
