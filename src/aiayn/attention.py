@@ -209,11 +209,8 @@ def _fused_attention(
         return F.scaled_dot_product_attention(
             query, key, value, dropout_p=dropout_p, scale=scale
         )
-    scores_shape = (
-        *torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]),
-        query.size(-2),
-        key.size(-2),
-    )
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    scores_shape = (*batch, query.size(-2), key.size(-2))
     if isinstance(mask, PreparedMask):
         # rows already repaired, once for all layers
         _check_mask_shape(mask.mask, scores_shape)

@@ -120,9 +120,8 @@ class TransformerConfig:
         for name in ("d_k", "d_v"):
             if getattr(self, name) is not None:
                 check_positive(**{name: getattr(self, name)})
-        if (
-            self.d_k is None or self.d_v is None
-        ) and self.d_model % self.h != 0:
+        default_widths = self.d_k is None or self.d_v is None
+        if default_widths and self.d_model % self.h != 0:
             raise ValueError(
                 f"d_model must be divisible by h to give d_k = d_model / h, got d_model={self.d_model}, h={self.h}"
             )
@@ -130,10 +129,8 @@ class TransformerConfig:
             raise ValueError(
                 f"dropout must be in [0, 1), got {self.dropout!r}"
             )
-        if (
-            self.share_embeddings
-            and self.src_vocab_size != self.tgt_vocab_size
-        ):
+        one_vocabulary = self.src_vocab_size == self.tgt_vocab_size
+        if self.share_embeddings and not one_vocabulary:
             raise ValueError(
                 "share_embeddings=True needs one vocabulary, got "
                 f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
@@ -142,13 +139,10 @@ class TransformerConfig:
             raise ValueError(
                 f"pad_id must be an integer token id, got {self.pad_id!r}"
             )
-        if (
-            not 0
-            <= self.pad_id
-            < min(self.src_vocab_size, self.tgt_vocab_size)
-        ):
+        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
+        if not 0 <= self.pad_id < smallest:
             raise ValueError(
-                f"pad_id must be in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}"
+                f"pad_id must be in [0, {smallest}), got {self.pad_id}"
             )
 
     @classmethod
@@ -200,11 +194,8 @@ class TransformerConfig:
             raise ValueError(
                 f"unknown Table 3 row {row!r}, expected one of {sorted(TABLE3_VARIANTS)}"
             )
-        return cls.base(
-            src_vocab_size,
-            tgt_vocab_size,
-            **(TABLE3_VARIANTS[row] | overrides),
-        )
+        settings = TABLE3_VARIANTS[row] | overrides
+        return cls.base(src_vocab_size, tgt_vocab_size, **settings)
 
 
 class Transformer(nn.Module):
