@@ -139,7 +139,7 @@ def test_a_corrupted_download_is_refused_and_nothing_is_left(
             tmp_path, downloader=serve(shared, corrupt="tokenizer.model")
         )
     assert not (tmp_path / "tokenizer.model").exists()
-    assert not list(tmp_path.glob(".*.part"))
+    assert not list(tmp_path.glob(".*"))  # no temporary file left
 
 
 def test_the_download_has_one_deadline(tmp_path, shared):

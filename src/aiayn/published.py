@@ -28,11 +28,9 @@ and ``MODEL_CARD.md`` (data and its licence terms, recipe, scores, limits) into 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import http.client
 import json
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +39,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+
+from .checks import AtomicWriter, atomic_write, sha256_file
 
 __all__ = [
     "REPOSITORY_URL",
@@ -106,14 +106,6 @@ def model_dir(root: str | os.PathLike | None = None) -> Path:
     return cache / "aiayn" / "models" / "multi30k-h100"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # A downloader takes a URL and the time.monotonic() deadline and yields the body in pieces.
 Downloader = Callable[[str, float], Iterable[bytes]]
 
@@ -137,30 +129,21 @@ def _download(
     """Stream one file into a temporary file beside its place, check it, then rename it there."""
     url = RELEASE_URL + name
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{name}.", suffix=".part", dir=directory
-    )
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as f:
-            for chunk in downloader(url, deadline):
-                h.update(chunk)
-                f.write(chunk)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"downloading {url} ran past the deadline"
-                    )
-            f.flush()
-            os.fsync(f.fileno())
-        if h.hexdigest() != SHA256[name]:
+    with AtomicWriter(
+        directory / name
+    ) as w:  # removed unless the block ends well
+        for chunk in downloader(url, deadline):
+            w.write(chunk)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"downloading {url} ran past the deadline"
+                )
+        actual = w.finish().sha256
+        if actual != SHA256[name]:
             raise ChecksumError(
-                f"downloaded {url} has SHA-256 {h.hexdigest()}, expected {SHA256[name]}; "
-                f"nothing was written to {directory}"
+                f"downloaded {url} has SHA-256 {actual}, expected "
+                f"{SHA256[name]}; nothing was written to {directory}"
             )
-        os.replace(tmp, directory / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _unavailable(
@@ -219,7 +202,7 @@ def fetch_published(
                 _unavailable(missing, directory, reason)
             ) from err
     for name, expected in SHA256.items():
-        actual = _sha256(directory / name)
+        _, actual = sha256_file(directory / name)
         if actual != expected:
             raise ChecksumError(
                 f"{directory / name} has SHA-256 {actual}, expected {expected}. "
@@ -360,22 +343,6 @@ LICENCE = (
 )
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=".part", dir=path.parent
-    )
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes files only their owner can read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _averaged_weights(run: Path) -> bytes:
     """The float16 mean of a training run's last epochs, as the bytes of a ``.pt`` file."""
     import io
@@ -479,19 +446,17 @@ def prepare_release(
             data = _averaged_weights(run)
         else:
             data = (run / name).read_bytes()
-        _write_atomic(out / name, data)
-        sums[name] = hashlib.sha256(data).hexdigest()
+        sums[name] = atomic_write(out / name, data).sha256
     records = [
         json.loads((run / n).read_text())
         for n in ("config.json", "summary.json", "results.json")
     ]
     card = model_card(*records, sums).encode()
-    _write_atomic(out / "MODEL_CARD.md", card)
-    sums["MODEL_CARD.md"] = hashlib.sha256(card).hexdigest()
+    sums["MODEL_CARD.md"] = atomic_write(out / "MODEL_CARD.md", card).sha256
     text = "".join(
         f"{digest}  {name}\n" for name, digest in sorted(sums.items())
     )
-    _write_atomic(out / "SHA256SUMS", text.encode())
+    atomic_write(out / "SHA256SUMS", text.encode())
     return sums
 
 
@@ -605,12 +570,10 @@ def write_results(
         "bench": bench,
     }
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(
-        files["hypotheses"], (run / f"{split}.hyp.en").read_bytes()
-    )
-    _write_atomic(files["train_curve"], train_csv.encode())
-    _write_atomic(files["val_curve"], val_csv.encode())
-    _write_atomic(
+    atomic_write(files["hypotheses"], (run / f"{split}.hyp.en").read_bytes())
+    atomic_write(files["train_curve"], train_csv.encode())
+    atomic_write(files["val_curve"], val_csv.encode())
+    atomic_write(
         files["record"], (json.dumps(record, indent=2) + "\n").encode()
     )
     return files
