@@ -22,7 +22,12 @@ Releasing a run (weights never enter git; they go to a GitHub release):
 
 writes the averaged float16 weights, the tokenizer, the config, the run's records, ``SHA256SUMS``
 and ``MODEL_CARD.md`` (data and its licence terms, recipe, scores, limits) into ``runs/release``
-(git ignores ``runs/``). Upload them as the assets of a release tagged ``RELEASE_TAG``.
+(git ignores ``runs/``). Upload them as the assets of a release tagged ``RELEASE_TAG``. The book's
+small copy of the run's figures (``book/results``, each file well under 1 MB) comes from
+
+    python -m aiayn.published results runs/multi30k --commit <sha> --date <day> --command "..."
+
+and ``python -m aiayn.published check`` downloads and checks the published files.
 """
 
 from __future__ import annotations
@@ -580,7 +585,7 @@ def write_results(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiayn.published release RUN --out DIR`` or ``... check [DIR]``."""
+    """``python -m aiayn.published release RUN``, ``... results RUN --commit ...`` or ``... check``."""
     parser = argparse.ArgumentParser(
         prog="python -m aiayn.published", description=__doc__.split("\n")[0]
     )
