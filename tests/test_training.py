@@ -17,13 +17,16 @@ from aiayn.training import (
     Batch,
     History,
     LabelSmoothingLoss,
+    amp_dtype_for,
     copy_task_batches,
     fit,
     load_checkpoint,
+    make_grad_scaler,
     make_optimizer,
     noam_rate,
     noam_scheduler,
     save_checkpoint,
+    train_step,
 )
 
 PAD, BOS, EOS = 0, 1, 2
@@ -294,6 +297,93 @@ def test_fit_with_bf16_autocast_on_cpu():
     assert all(math.isfinite(x) for x in history.loss)
 
 
+# --- float16 with a gradient scaler (Colab's T4) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("amp", "capability", "expected"),
+    [("auto", (7, 5), torch.float16), ("auto", (7, 0), torch.float16), ("auto", (8, 0), torch.bfloat16),
+     ("auto", (9, 0), torch.bfloat16), ("bf16", (7, 5), torch.bfloat16), ("fp16", (9, 0), torch.float16),
+     (None, (9, 0), None)],
+)  # fmt: skip
+def test_auto_amp_picks_float16_below_compute_capability_8(monkeypatch, amp, capability, expected):
+    asked = []
+
+    def capability_of(device=None):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
+    # a T4 "supports" bfloat16 by emulation: the choice must not rest on this answer
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert amp_dtype_for(amp, "cuda") is expected
+    assert asked == ([torch.device("cuda")] if amp == "auto" else [])
+    scaler = make_grad_scaler(expected, "cpu")  # the scaler comes with float16 only
+    assert (scaler is not None) == (expected is torch.float16)
+
+
+def test_auto_amp_is_full_precision_on_cpu_unless_asked():
+    assert amp_dtype_for("auto", "cpu") is None and amp_dtype_for(None, "cpu") is None
+    assert amp_dtype_for("fp16", "cpu") is torch.float16 and amp_dtype_for("bf16", "cpu") is torch.bfloat16
+    with pytest.raises(ValueError, match="amp must be 'auto', 'bf16', 'fp16' or None, got 'fp8'"):
+        amp_dtype_for("fp8", "cpu")
+
+
+def test_float16_training_step_on_cpu_is_finite_and_close_to_float32():
+    batch = copy_task_batches(1, 8, 6, V, seed=3)[0]
+    losses, grads = {}, {}
+    start = torch.cat([p.detach().flatten() for p in tiny_model(dropout=0.0).parameters()])
+    for dtype in (None, torch.float16):
+        model = tiny_model(dropout=0.0)
+        optimizer = make_optimizer(model, lr=1e-3)
+        scaler = make_grad_scaler(dtype, "cpu")
+        with torch.autocast("cpu", dtype=torch.float16, enabled=dtype is not None):
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        assert logits.dtype == (torch.float16 if dtype else torch.float32)  # autocast really ran in float16
+        loss = train_step(model, batch, optimizer, LabelSmoothingLoss(0.1, PAD), amp_dtype=dtype, scaler=scaler)
+        losses[dtype] = loss.item()
+        grads[dtype] = torch.cat([p.grad.flatten() for p in model.parameters()])  # unscaled before clipping
+        moved = torch.cat([p.detach().flatten() for p in model.parameters()]) - start
+        assert moved.abs().max() > 5e-4  # the step was taken, not skipped for an overflow
+        if scaler is not None:
+            assert scaler.get_scale() == 65536.0
+    assert math.isfinite(losses[torch.float16])
+    assert losses[torch.float16] == pytest.approx(losses[None], rel=1e-2)
+    error = (grads[torch.float16] - grads[None]).norm() / grads[None].norm()
+    assert error < 1e-2, f"float16 gradients differ from float32 by {error:.2%}"
+
+
+def test_scaler_state_round_trips_through_a_checkpoint(tmp_path):
+    model, optimizer, scheduler = _setup(0)
+    scaler = make_grad_scaler(torch.float16, "cpu")
+    history = fit(model, copy_task_batches(3, 2, 4, V), optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                  amp_dtype=torch.float16, progress=False)  # fmt: skip
+    assert all(math.isfinite(x) for x in history.loss)
+    scaler.update(1234.0)  # a scale no fresh scaler has
+    path = save_checkpoint(tmp_path / "ckpt.pt", model, optimizer, scheduler, step=3, scaler=scaler)
+    restored = make_grad_scaler(torch.float16, "cpu")
+    load_checkpoint(path, *_setup(1), scaler=restored)
+    assert restored.state_dict() == scaler.state_dict() and restored.get_scale() == 1234.0
+    torch.load(path, weights_only=True)  # still only tensors and plain containers
+
+
+def test_float16_resume_is_exact(tmp_path):
+    """fit saves the scaler with the run and restores it: a resumed float16 run gives the same losses."""
+    data = copy_task_batches(6, 4, 5, V, seed=1)
+    kwargs = dict(epochs=2, progress=False, amp_dtype=torch.float16)
+    torch.manual_seed(0)
+    model, optimizer, scheduler = _setup(0)
+    full = fit(model, data, optimizer=optimizer, scheduler=scheduler, **kwargs)
+    path = tmp_path / "run.pt"
+    torch.manual_seed(0)
+    model, optimizer, scheduler = _setup(0)
+    fit(model, data, optimizer=optimizer, scheduler=scheduler, max_steps=5, checkpoint_path=path, **kwargs)
+    assert load_checkpoint(path)["scaler"]["scale"] == 65536.0
+    model2, optimizer2, scheduler2 = _setup(99)
+    resumed = fit(model2, data, optimizer=optimizer2, scheduler=scheduler2, resume_from=path, **kwargs)
+    assert resumed.loss == full.loss
+
+
 def test_fit_with_progress_bar(capsys):
     history = fit(tiny_model(), copy_task_batches(3, 2, 4, V), progress=True)
     assert len(history.loss) == 3
@@ -323,7 +413,7 @@ def test_non_finite_loss_names_the_step():
     [
         ({"epochs": 0}, "epochs must be a positive integer"),
         ({"max_steps": 0}, "max_steps must be a positive integer"),
-        ({"amp_dtype": torch.float16}, "amp_dtype must be None or torch.bfloat16"),
+        ({"amp_dtype": torch.float64}, "amp_dtype must be None, torch.bfloat16 or torch.float16, got torch.float64"),
         ({"clip_norm": 0.0}, "clip_norm must be positive or None"),
     ],
 )

@@ -1,10 +1,11 @@
 """Checkpoints: everything a run needs to continue exactly, written atomically and read safely.
 
 A checkpoint holds the model's weights, the optimizer's and the scheduler's states, the step and
-the epoch, the torch random states (CPU and CUDA: dropout continues with the same draws) and an
-``extra`` dict (``fit`` keeps its position in the epoch and its history there). Everything is a
-tensor or a plain container, so ``torch.load(..., weights_only=True)`` reads it without running code.
-``aiayn.training`` re-exports ``save_checkpoint`` and ``load_checkpoint``.
+the epoch, the torch random states (CPU and CUDA: dropout continues with the same draws), an
+``extra`` dict (``fit`` keeps its position in the epoch and its history there) and, in float16
+training, the gradient scaler's state (its loss scale), so a resumed run scales as it would have.
+Everything is a tensor or a plain container, so ``torch.load(..., weights_only=True)`` reads it
+without running code. ``aiayn.training`` re-exports ``save_checkpoint`` and ``load_checkpoint``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def checkpoint_bytes(
     step: int = 0,
     epoch: int = 0,
     extra: dict[str, Any] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> memoryview:
     """The checkpoint ``save_checkpoint`` writes, serialized in memory (``torch.save``)."""
     checkpoint = {
@@ -61,6 +63,10 @@ def checkpoint_bytes(
         "rng": rng_state(),
         "extra": {} if extra is None else extra,
     }
+    if (
+        scaler is not None
+    ):  # float16 training: the loss scale and its growth counter
+        checkpoint["scaler"] = scaler.state_dict()
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     return buffer.getbuffer()
@@ -74,6 +80,7 @@ def save_checkpoint(
     step: int = 0,
     epoch: int = 0,
     extra: dict[str, Any] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> WrittenFile:
     """Write model, optimizer and scheduler states, the position and the RNG states, atomically.
 
@@ -89,11 +96,14 @@ def save_checkpoint(
         step: optimizer steps done so far.
         epoch: the current epoch (0-based).
         extra: more tensors, numbers, strings, lists or dicts to keep.
+        scaler: the ``GradScaler`` of float16 training, saved when given.
 
     Returns:
         The ``WrittenFile`` (``.path``, ``.size``, ``.sha256``); it also works as a path.
     """
-    data = checkpoint_bytes(model, optimizer, scheduler, step, epoch, extra)
+    data = checkpoint_bytes(
+        model, optimizer, scheduler, step, epoch, extra, scaler
+    )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return atomic_write(path, data)
 
@@ -141,6 +151,7 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     name: str | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> dict[str, Any]:
     """Read a checkpoint written by ``save_checkpoint`` and load it into the objects given.
 
@@ -151,6 +162,8 @@ def load_checkpoint(
         path: the checkpoint file (or its bytes).
         model, optimizer, scheduler: loaded in place when given.
         name: how the file is called in errors (default: the path).
+        scaler: a ``GradScaler``, given the saved loss scale (a checkpoint of a run without
+            one, e.g. trained in bfloat16, leaves it at its start).
 
     Returns:
         The checkpoint dict: ``model``, ``optimizer``, ``scheduler``, ``step``, ``epoch``, ``rng``, ``extra``.
@@ -168,6 +181,8 @@ def load_checkpoint(
                         f"but a {key} was given to load into"
                     )
                 obj.load_state_dict(checkpoint[key])
+        if scaler is not None and checkpoint.get("scaler"):
+            scaler.load_state_dict(checkpoint["scaler"])
     except (RuntimeError, KeyError) as err:
         raise ValueError(
             f"{label} does not fit this model ({type(err).__name__}: "

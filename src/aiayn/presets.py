@@ -89,7 +89,10 @@ class TrainConfig:
         clip_norm: gradient-norm clipping (``None``: off).
         average_last: ``evaluate`` averages the weights of the last k epochs (0 or 1: the final weights).
         seed: seeds the weights, dropout and the batch order.
-        amp: ``"auto"`` (bfloat16 autocast on CUDA, float32 elsewhere), ``"bf16"`` (always) or ``None``.
+        amp: ``"auto"``: on CUDA, bfloat16 autocast where the GPU has it natively (compute
+            capability 8.0 and up), float16 with a gradient scaler below (Colab's T4); float32 on
+            other devices. ``"bf16"`` or ``"fp16"`` (always) or ``None`` (float32);
+            see ``training.amp_dtype_for``.
         compile: ``torch.compile`` the model's forward pass (slow first steps, faster later ones).
         pin_memory: page-locked batches, copied to the GPU with ``non_blocking=True`` (CUDA only).
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
@@ -175,9 +178,9 @@ class TrainConfig:
                 raise ValueError(
                     f"{name} must be positive or None, got {value!r}"
                 )
-        if self.amp not in ("auto", "bf16", None):
+        if self.amp not in ("auto", "bf16", "fp16", None):
             raise ValueError(
-                f"amp must be 'auto', 'bf16' or None, got {self.amp!r}"
+                f"amp must be 'auto', 'bf16', 'fp16' or None, got {self.amp!r}"
             )
         if not self.length_penalty >= 0:
             raise ValueError(

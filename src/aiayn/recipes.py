@@ -54,6 +54,7 @@ from .training import (
     EpochBatches,
     FitState,
     LabelSmoothingLoss,
+    amp_dtype_for,
     eval_batches,
     fit,
     make_optimizer,
@@ -198,16 +199,6 @@ def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"{device.type} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-
-
-def _amp_dtype(amp: str | None, device: torch.device) -> torch.dtype | None:
-    if amp == "bf16" or (
-        amp == "auto"
-        and device.type == "cuda"
-        and torch.cuda.is_bf16_supported()
-    ):
-        return torch.bfloat16
-    return None
 
 
 @contextlib.contextmanager
@@ -583,7 +574,7 @@ def _run(
         first_step = plan.position["step"]
         say(f"resuming {folder.path} at step {first_step}")
 
-    amp = _amp_dtype(cfg.amp, device)
+    amp = amp_dtype_for(cfg.amp, device)  # float16 (with a scaler) on a T4
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.tokenizer).to(device)
     optimizer = make_optimizer(model)  # fused Adam when the model is on CUDA

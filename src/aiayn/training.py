@@ -57,6 +57,8 @@ __all__ = [
     "save_checkpoint",
     "read_checkpoint",
     "load_checkpoint",
+    "amp_dtype_for",
+    "make_grad_scaler",
     "train_step",
     "History",
     "FitState",
@@ -540,6 +542,49 @@ def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
     )
 
 
+def amp_dtype_for(
+    amp: str | None, device: torch.device | str
+) -> torch.dtype | None:
+    """The autocast dtype that ``TrainConfig.amp`` asks for on ``device`` (``None``: float32).
+
+    ``"auto"``: on CUDA, bfloat16 where the GPU computes it natively (compute capability 8.0
+    and up: A100, L4, H100 ...), float16 below it (Colab's T4 is 7.5), which needs a gradient
+    scaler (``make_grad_scaler``); on other devices none. ``"bf16"`` and ``"fp16"`` ask for that
+    dtype on any device (the CPU's autocast runs both); ``None`` for full precision.
+
+    The capability is read, not ``torch.cuda.is_bf16_supported()``: that also answers yes for
+    GPUs that only emulate bfloat16, slowly.
+    """
+    device = torch.device(device)
+    if amp == "bf16":
+        return torch.bfloat16
+    if amp == "fp16":
+        return torch.float16
+    if amp == "auto" and device.type == "cuda":
+        major, _ = torch.cuda.get_device_capability(device)
+        return torch.bfloat16 if major >= 8 else torch.float16
+    if amp in ("auto", None):
+        return None
+    raise ValueError(
+        f"amp must be 'auto', 'bf16', 'fp16' or None, got {amp!r}"
+    )
+
+
+def make_grad_scaler(
+    amp_dtype: torch.dtype | None, device: torch.device | str
+) -> torch.amp.GradScaler | None:
+    """A ``torch.amp.GradScaler`` for float16 training on ``device``, else ``None``.
+
+    float16 has 5 exponent bits: gradients below about 6e-8 become 0. The scaler multiplies the
+    loss by a large factor (65,536 at first) before the backward pass and divides the gradients by
+    it before the update; a step whose gradients overflowed is skipped and the factor halved, and
+    after 2,000 good steps it doubles. bfloat16 has float32's range and needs none.
+    """
+    if amp_dtype != torch.float16:
+        return None
+    return torch.amp.GradScaler(torch.device(device).type)
+
+
 def train_step(
     model: nn.Module,
     batch: Batch,
@@ -549,6 +594,7 @@ def train_step(
     clip_norm: float | None = 1.0,
     amp_dtype: torch.dtype | None = None,
     check_finite: bool = True,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """One optimizer step: forward (under autocast), loss, backward, clipping, update, schedule.
 
@@ -558,9 +604,11 @@ def train_step(
         optimizer, scheduler: the scheduler (if any) is stepped after the optimizer.
         loss_fn: ``(logits (B, T, V), tgt_out (B, T)) -> scalar``.
         clip_norm: clip the gradient norm to this value (``None``: no clipping).
-        amp_dtype: ``torch.bfloat16`` for autocast, ``None`` for full precision.
+        amp_dtype: ``torch.bfloat16`` or ``torch.float16`` for autocast, ``None`` for full precision.
         check_finite: read the loss before the update and raise ``FloatingPointError`` when it is
             NaN or infinite (one device synchronisation per step; the benchmark turns it off).
+        scaler: a ``GradScaler`` (float16): the loss is scaled before the backward pass, the
+            gradients unscaled before clipping, and a step with overflowed gradients is skipped.
 
     Returns:
         The loss, detached (a 0-dim tensor on the model's device).
@@ -574,10 +622,18 @@ def train_step(
     if check_finite and not math.isfinite(loss.item()):
         raise FloatingPointError(f"loss is {loss.item()}")
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if clip_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    optimizer.step()
+    if scaler is None:
+        loss.backward()
+        if clip_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        if clip_norm is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients
+            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        scaler.step(optimizer)  # skipped when a gradient is inf or NaN
+        scaler.update()
     if scheduler is not None:
         scheduler.step()
     return loss.detach()
@@ -710,6 +766,7 @@ def fit(
     | None = None,
     clip_norm: float | None = 1.0,
     amp_dtype: torch.dtype | None = None,
+    scaler: torch.amp.GradScaler | None = None,
     device: torch.device | str | None = None,
     bos_id: int | None = None,
     max_steps: int | None = None,
@@ -752,8 +809,10 @@ def fit(
         loss_fn: ``(logits (B, T, V), tgt_out (B, T)) -> scalar``; default
             ``LabelSmoothingLoss(0.1, ignore_index=model.config.pad_id)``.
         clip_norm: clip the gradient norm to this value; ``None`` turns clipping off.
-        amp_dtype: ``torch.bfloat16`` runs the forward pass under ``torch.autocast``; ``None``
-            trains in full precision (float16 would need a gradient scaler and is not supported).
+        amp_dtype: ``torch.bfloat16`` or ``torch.float16`` runs the forward pass under
+            ``torch.autocast``; ``None`` trains in full precision.
+        scaler: the ``GradScaler`` of float16 training; default ``make_grad_scaler(amp_dtype, device)``
+            (one for float16, none otherwise). Its state is saved in checkpoints and restored.
         device: where to train; default: where the model's parameters are.
         bos_id: needed only when ``batches`` yields ``(src, tgt)`` pairs.
         max_steps: stop after this many optimizer steps in total (counting steps before a resume).
@@ -782,10 +841,10 @@ def fit(
     ):
         if value is not None:
             check_positive(**{name: value})
-    if amp_dtype not in (None, torch.bfloat16):
+    if amp_dtype not in (None, torch.bfloat16, torch.float16):
         raise ValueError(
-            f"amp_dtype must be None or torch.bfloat16, got {amp_dtype} "
-            "(float16 needs a GradScaler)"
+            "amp_dtype must be None, torch.bfloat16 or torch.float16, "
+            f"got {amp_dtype}"
         )
     for name, value in (
         ("clip_norm", clip_norm),
@@ -817,6 +876,8 @@ def fit(
             scheduler = noam_scheduler(optimizer, model.config.d_model)
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
+    if scaler is None:
+        scaler = make_grad_scaler(amp_dtype, device)
     val_batches = (
         None if val_batches is None else [b.to(device) for b in val_batches]
     )
@@ -827,7 +888,7 @@ def fit(
     resume_rng = None
     if resume_from is not None:
         checkpoint = load_checkpoint(
-            resume_from, model, optimizer, scheduler
+            resume_from, model, optimizer, scheduler, scaler=scaler
         )
         step, start_epoch = checkpoint["step"], checkpoint["epoch"]
         extra = checkpoint["extra"]
@@ -859,7 +920,7 @@ def fit(
                 "history": history.state_dict(),
             }
             data = checkpoint_bytes(
-                model, optimizer, scheduler, step, epoch, extra
+                model, optimizer, scheduler, step, epoch, extra, scaler
             )
             with AtomicWriter(checkpoint_path) as writer:
                 writer.write(data)
@@ -927,6 +988,7 @@ def fit(
                         scheduler,
                         clip_norm,
                         amp_dtype,
+                        scaler=scaler,
                     )
                 except FloatingPointError as err:
                     raise FloatingPointError(

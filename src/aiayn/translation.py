@@ -31,7 +31,7 @@ from .layers import set_fast
 from .model import Transformer
 from .presets import TrainConfig, build_model
 from .runs import CHECKPOINT, RESULTS, TOKENIZER, RunFolder, RunFolderError
-from .training import eval_batches, mean_loss
+from .training import amp_dtype_for, eval_batches, mean_loss
 
 __all__ = [
     "average_checkpoints",
@@ -347,11 +347,9 @@ def evaluate(
 
     cfg, tokenizer, model, sources = load_run(run_dir, device, average)
     device = next(model.parameters()).device
-    amp = (
-        torch.bfloat16
-        if cfg.amp == "bf16" or (cfg.amp == "auto" and device.type == "cuda")
-        else None
-    )
+    amp = amp_dtype_for(
+        cfg.amp, device
+    )  # float16 on a T4, bfloat16 on newer GPUs
     beam = cfg.beam if beam is None else beam
     length_penalty = (
         cfg.length_penalty
