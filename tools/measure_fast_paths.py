@@ -2,9 +2,9 @@
 
 1. Ops dispatched per training step (forward + loss, backward, gradient clipping, Adam step) for
    the ``multi30k`` preset's model shape on one batch of real Multi30k pairs of 20-30 tokens,
-   counted with a ``TorchDispatchMode`` (every ATen call that reaches a kernel), for: the
-   explicit model, the preset as trained today (fused attention only), ``set_fast`` (every fast
-   path) and ``nn.Transformer`` with the same weights.
+   counted by ``aiayn.bench.count_step_ops`` (a ``TorchDispatchMode``: every ATen call that
+   reaches a kernel), for: the explicit model, the preset as trained today (fused attention
+   only), ``set_fast`` (every fast path) and ``nn.Transformer`` with the same weights.
 2. Beam-4 decoding of the first test 2016 sentences with the published weights (float32):
    uncached as today, cached, cached with padded batches, cached with the fast path; each time
    as a ratio of the uncached time measured in the same run, and the fraction of output lines
@@ -28,33 +28,18 @@ import json
 import os
 import platform
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
-from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from aiayn.bench import TorchTransformer
+from aiayn.bench import TorchTransformer, count_step_ops
 from aiayn.data import BOS, EOS, PAD, Tokenizer, load_multi30k
 from aiayn.decoding import beam_search, decode_sorted
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.training import Batch, LabelSmoothingLoss
+from aiayn.training import Batch
 
 RUN = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
-
-
-class CountOps(TorchDispatchMode):
-    """Count every ATen operator call dispatched while the mode is active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def build(config_json: dict, vocab_size: int) -> Transformer:
@@ -89,32 +74,6 @@ def realistic_batch(tokenizer: Tokenizer, n: int = 30, low: int = 20, high: int 
     return Batch.from_pairs(src, tgt, PAD, BOS)
 
 
-def count_step(model: nn.Module, batch: Batch) -> dict[str, int]:
-    """Ops per phase of one training step (after one warm-up step)."""
-    model.train()
-    loss_fn = LabelSmoothingLoss(0.1, PAD)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-    counts = {}
-    for _ in range(2):  # the first step creates Adam's state: count the second
-        phases = {}
-        with CountOps() as ops:
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-            loss = loss_fn(logits, batch.tgt_out)
-        phases["forward + loss"] = ops
-        with CountOps() as ops:
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-        phases["backward"] = ops
-        with CountOps() as ops:
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-        phases["clip + Adam"] = ops
-        counts = {name: sum(m.ops.values()) for name, m in phases.items()}
-        counts["total"] = sum(counts.values())
-        counts["_top"] = phases["forward + loss"].ops.most_common(6)
-    return counts
-
-
 def op_counts(config_json: dict, batch: Batch) -> list[tuple[str, dict[str, int]]]:
     torch.manual_seed(0)
     explicit = build(config_json, 8000)
@@ -130,7 +89,9 @@ def op_counts(config_json: dict, batch: Batch) -> list[tuple[str, dict[str, int]
         ("ours, set_fast (all fast paths)", fast),
         ("nn.Transformer, same weights", TorchTransformer(explicit)),
     ]
-    return [(name, count_step(model, batch)) for name, model in rows]
+    # the first step creates Adam's state, the second is counted (bench.count_step_ops); Adam fused
+    # as make_optimizer chooses it on CUDA
+    return [(name, count_step_ops(model, batch, fused_adam=True, top=6)) for name, model in rows]
 
 
 def decode_runs(config_json: dict, n: int, repeats: int) -> list[dict]:
@@ -214,7 +175,7 @@ def main() -> None:
     for name, c in rows:
         print(f"{name:40} {c['forward + loss']:9d} {c['backward']:9d} {c['clip + Adam']:10d} {c['total']:7d}")
     for name, c in rows:
-        print(f"  most frequent forward ops, {name}: {c['_top']}")
+        print(f"  most frequent forward ops, {name}: {c['top']}")
 
     if args.skip_decoding:
         return

@@ -1,19 +1,44 @@
-"""How fast does it train? Our model on its explicit and fused attention paths against ``nn.Transformer``.
+"""How fast does it train? Our model, explicit to compiled, against ``nn.Transformer``, on the same batches.
 
-    python -m aiayn.bench                       # sizes of the multi30k preset on CUDA, a tiny model on CPU
-    python -m aiayn.bench --json bench.json --steps 100
+    python -m aiayn.bench                       # multi30k sizes on CUDA, a tiny model on CPU
+    python -m aiayn.bench --steps 40 --max-tokens 8192 --json bench.json
+    python -m aiayn.bench --contenders "ours (explicit)" "ours (set_fast)" --ops
 
-Three contenders run the same training loop (bfloat16 autocast on CUDA, Adam, clipping) on the same
-batches, starting from the same weights:
+Every contender runs the same training loop (``training.train_step``: autocast on CUDA, Adam,
+clipping) on the same batches, from the same weights, with the same dropout draws:
 
-* ``ours (explicit)``: ``aiayn.model.Transformer`` computing softmax(QKᵀ/√d_k)V step by step;
-* ``ours (fused)``: the same model on ``F.scaled_dot_product_attention`` (``set_fused``);
+* ``ours (explicit)``: ``aiayn.model.Transformer`` computing softmax(QKᵀ/√d_k)V step by step,
+  the LayerNorm written out, as the chapters explain it;
+* ``ours (fused)``: the same model on ``F.scaled_dot_product_attention`` (``set_fused``), as the
+  ``multi30k`` preset trains;
+* ``ours (set_fast)``: every fast path (``layers.set_fast``: fused attention, packed q/k/v,
+  ``F.layer_norm``, masks prepared once);
+* ``ours (set_fast, compiled)``: that model under ``torch.compile(dynamic=True)``;
 * ``nn.Transformer``: PyTorch's stacks between the same embeddings, positional encoding and tied
-  generator (``TorchTransformer``), so that the parameter counts are equal.
+  generator (``TorchTransformer``; the masks are the same masks in PyTorch's convention), and
+  ``nn.Transformer (compiled)``, compiled the same way.
 
-Reported per contender: target tokens per second, milliseconds per step, achieved TFLOP/s, model-FLOPs
-utilisation (MFU) and peak memory. The first ``warmup`` steps are not timed; CUDA is synchronised
-before the clock starts and before it stops.
+``CONTENDERS`` (the default of ``run_bench``) are the first three and ``nn.Transformer``'s eager
+run; ``ALL_CONTENDERS`` (the command's default) adds ``set_fast`` and the compiled ones.
+
+**Batches.** By default the first ``steps`` batches of a shuffled epoch of the Multi30k training
+pairs, encoded with the joint BPE tokenizer of ``vocab_size`` pieces (``data.train_tokenizer``,
+cached) and grouped by ``data.make_batches`` within ``max_tokens``, as training sees them: every
+batch has its own shape. When the data cannot be found (or with ``data="synthetic"``), random
+pairs of ``seq_len / 2 .. seq_len`` tokens stand in, and every row says ``data: synthetic``.
+
+**Warm-up and steady state.** ``warmup`` passes over the batches come first, every step timed
+alone (the device synchronised around it). The first step of each new batch shape is the warm-up:
+kernels chosen and plans built for that shape, and for the compiled contenders the compilation
+itself. Their number, median time and the time they took beyond a steady step (``warmup_extra_s``;
+the compile time for compiled contenders) are reported apart. Then one steady pass over the same
+batches (every shape seen before) is timed as a whole, synchronised only at its start and end:
+target tokens per second, milliseconds per step, achieved TFLOP/s and MFU come from it.
+
+**Ops per step.** ``count_step_ops`` counts the ATen operator calls of one training step (after
+one uncounted step, which creates Adam's state) with a ``TorchDispatchMode``: every call that
+reaches a kernel, on a copy of the model and the first batch. A measure of launch overhead that
+does not depend on the machine (compiled contenders: not counted, their kernels are no ATen calls).
 
 **Model FLOPs.** ``training_flops`` counts the multiply-adds of every matrix product, twice (a multiply
 and an add) for the forward pass and three times that for forward plus backward (the backward pass
@@ -33,7 +58,7 @@ the optimizer are left out, as usual. ``tests/test_recipes.py`` checks the count
 ``torch.utils.flop_counter.FlopCounterMode``.
 
 **MFU** = achieved FLOP/s ÷ the device's peak dense bfloat16 FLOP/s, taken from ``PEAK_BF16_TFLOPS``
-by device name, or given with ``--peak-tflops``; on a CPU it is reported only with ``--peak-tflops``.
+by device name, or given with ``--peak-tflops``; on a CPU it is reported (n/a) only with ``--peak-tflops``.
 
 **Peak memory.** On CUDA, ``torch.cuda.max_memory_allocated`` after a reset before each contender:
 weights, Adam's states, activations and gradients. On a CPU there is no per-phase counter: the column
@@ -48,30 +73,56 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cli
 from .attention import set_fused
 from .checks import atomic_write, check_int, resolve_device
 from .compare import to_torch_transformer, torch_masks
-from .data import BOS, EOS, PAD
+from .data import (
+    BOS,
+    EOS,
+    PAD,
+    DatasetUnavailable,
+    collate,
+    data_dir,
+    encode_pairs,
+    load_multi30k,
+    make_batches,
+    train_tokenizer,
+)
+from .layers import set_fast
 from .model import Transformer, TransformerConfig, count_parameters
 from .presets import PRESETS
-from .training import Batch, LabelSmoothingLoss, make_optimizer, train_step
+from .training import (
+    Batch,
+    LabelSmoothingLoss,
+    amp_dtype_for,
+    make_grad_scaler,
+    make_optimizer,
+    train_step,
+)
 
 __all__ = [
     "PEAK_BF16_TFLOPS",
     "peak_tflops",
     "training_flops",
     "TorchTransformer",
+    "CountOps",
+    "count_step_ops",
     "synthetic_batches",
+    "multi30k_batches",
     "CONTENDERS",
+    "ALL_CONTENDERS",
     "run_bench",
     "format_table",
     "main",
@@ -88,6 +139,14 @@ PEAK_BF16_TFLOPS: dict[str, float] = {
 }
 
 CONTENDERS = ("ours (explicit)", "ours (fused)", "nn.Transformer")
+ALL_CONTENDERS = (
+    "ours (explicit)",
+    "ours (fused)",
+    "ours (set_fast)",
+    "ours (set_fast, compiled)",
+    "nn.Transformer",
+    "nn.Transformer (compiled)",
+)
 
 
 def peak_tflops(device_name: str) -> float | None:
@@ -137,6 +196,80 @@ def training_flops(
     )
     macs += N * pairs * h * (d_k + d_v)  # QKᵀ and weights · V
     return 3 * 2 * macs
+
+
+class CountOps(TorchDispatchMode):
+    """Count every ATen operator call dispatched while the mode is active (``ops``, ``total``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def count_step_ops(
+    model: nn.Module,
+    batch: Batch,
+    amp_dtype: torch.dtype | None = None,
+    fused_adam: bool | None = None,
+    top: int = 0,
+) -> dict[str, Any]:
+    """ATen ops dispatched by one training step, per phase, on a copy of ``model`` (left unchanged).
+
+    One uncounted step comes first (it creates Adam's state), then the counted one: forward and
+    loss, backward (with ``zero_grad``), gradient clipping and the Adam step, as ``train_step``.
+
+    Args:
+        model: called as ``model(src, tgt_in, src_mask, tgt_mask)``.
+        batch: a ``Batch`` on the model's device.
+        amp_dtype: autocast dtype of the forward pass (``None``: full precision).
+        fused_adam: Adam's single-kernel implementation (``None``: on CUDA, as ``make_optimizer``).
+        top: also return the ``top`` most frequent forward ops under ``"top"``.
+
+    Returns:
+        ``{"forward + loss": n, "backward": n, "clip + Adam": n, "total": n}`` (and ``"top"``).
+    """
+    model = copy.deepcopy(model).train()
+    pad_id = getattr(getattr(model, "config", None), "pad_id", PAD)
+    loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
+    optimizer = make_optimizer(model, lr=1e-4, fused=fused_adam)
+    device = batch.tgt_out.device
+    counts: dict[str, Any] = {}
+    for _ in range(
+        2
+    ):  # the first step creates Adam's state: count the second
+        with CountOps() as forward:
+            with torch.autocast(
+                device.type,
+                dtype=amp_dtype or torch.bfloat16,
+                enabled=amp_dtype is not None,
+            ):
+                logits = model(
+                    batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
+                )  # (B, T, V)
+                loss = loss_fn(logits, batch.tgt_out)
+        with CountOps() as backward:
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with CountOps() as update:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        counts = {
+            "forward + loss": forward.total,
+            "backward": backward.total,
+            "clip + Adam": update.total,
+        }
+        counts["total"] = sum(counts.values())
+        if top:
+            counts["top"] = forward.ops.most_common(top)
+    return counts
 
 
 class TorchTransformer(nn.Module):
@@ -220,6 +353,42 @@ def synthetic_batches(
     return batches
 
 
+def multi30k_batches(
+    n: int,
+    max_tokens: int,
+    vocab_size: int,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    root: str | Path | None = None,
+    max_len: int = 256,
+) -> tuple[list[Batch], int]:
+    """The first ``n`` batches of a shuffled epoch of Multi30k training pairs, as training sees them.
+
+    The joint BPE tokenizer of ``vocab_size`` pieces is learned from the training pairs (or taken
+    from the cache), pairs longer than ``max_len`` pieces are left out, as in ``recipes.prepare_data``,
+    and ``data.make_batches`` groups the rest within ``max_tokens`` padded positions.
+
+    Returns:
+        The batches and the tokenizer's vocabulary size.
+
+    Raises:
+        DatasetUnavailable: the Multi30k files are not there (nothing is downloaded).
+    """
+    pairs = load_multi30k("train", root, download=False)
+    tokenizer = train_tokenizer(pairs, vocab_size)
+    ids = [
+        (s, t)
+        for s, t in encode_pairs(tokenizer, pairs)
+        if max(len(s), len(t)) + 1 <= max_len
+    ]
+    groups = make_batches(ids, max_tokens, shuffle=True, seed=seed)[:n]
+    batches = [
+        Batch.make(*collate([ids[i] for i in g]), PAD, BOS).to(device)
+        for g in groups
+    ]
+    return batches, tokenizer.vocab_size
+
+
 def _peak_memory_mib(device: torch.device) -> float | None:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -237,39 +406,72 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_training(
+def _shape(batch: Batch) -> tuple[int, int, int]:
+    return (
+        batch.src.size(0),
+        batch.src.size(1),
+        batch.tgt_in.size(1),
+    )  # (B, S, T)
+
+
+def _train_passes(
     model: nn.Module,
     batches: Sequence[Batch],
     warmup: int,
     amp: torch.dtype | None,
     device: torch.device,
-) -> tuple[float, float]:
-    """The loop every contender runs; returns (seconds of the timed steps, last loss).
+) -> dict[str, Any]:
+    """The loop every contender runs: ``warmup`` passes timed step by step, then one steady pass.
 
-    Each step is ``training.train_step``, the step ``fit`` takes, without its per-step
-    finiteness check (a device synchronisation that ``fit`` pays and a benchmark should not).
+    Each step is ``training.train_step``, the step ``fit`` takes, without its per-step finiteness
+    check (a device synchronisation that ``fit`` pays and a benchmark should not).
     """
     optimizer = make_optimizer(
         model, lr=1e-4
     )  # fused Adam on CUDA; a constant rate is enough
+    scaler = make_grad_scaler(amp, device)
     loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD)
     model.train()
-    start = 0.0
-    for i, batch in enumerate(batches):
-        if i == warmup:
+
+    def step(batch: Batch) -> torch.Tensor:
+        return train_step(model, batch, optimizer, loss_fn, clip_norm=1.0, amp_dtype=amp,
+                          check_finite=False, scaler=scaler)  # fmt: skip
+
+    seen: set[tuple[int, int, int]] = set()
+    first, repeat = [], []
+    for _ in range(warmup):
+        for batch in batches:
             _synchronize(device)
             start = time.perf_counter()
-        loss = train_step(
-            model,
-            batch,
-            optimizer,
-            loss_fn,
-            clip_norm=1.0,
-            amp_dtype=amp,
-            check_finite=False,
-        )
+            step(batch)
+            _synchronize(device)
+            (repeat if _shape(batch) in seen else first).append(
+                time.perf_counter() - start
+            )
+            seen.add(_shape(batch))
     _synchronize(device)
-    return time.perf_counter() - start, loss.item()
+    start = time.perf_counter()
+    for batch in batches:
+        loss = step(batch)
+    _synchronize(device)
+    return {
+        "steady_s": time.perf_counter() - start,
+        "first": first,
+        "repeat": repeat,
+        "loss": loss.item(),
+    }
+
+
+def _contender(name: str, base: Transformer, backend: str) -> nn.Module:
+    """A fresh copy of ``base`` as contender ``name`` (on the CPU)."""
+    if name.startswith("nn.Transformer"):
+        model = TorchTransformer(base)
+    else:
+        model = copy.deepcopy(base)
+        set_fused(model, name == "ours (fused)")
+        if "set_fast" in name:
+            set_fast(model)
+    return model
 
 
 def run_bench(
@@ -284,45 +486,64 @@ def run_bench(
     steps: int | None = None,
     warmup: int | None = None,
     dropout: float = 0.1,
-    amp: bool | None = None,
+    amp: bool | str | None = None,
     peak: float | None = None,
     contenders: Sequence[str] = CONTENDERS,
     seed: int = 0,
+    data: str = "auto",
+    root: str | Path | None = None,
+    ops: bool = True,
+    compile_backend: str = "inductor",
 ) -> list[dict[str, Any]]:
-    """Time a few training steps of each contender on the same batches; one result dict per contender.
+    """Train each contender on the same batches: warm-up and steady state apart; one dict per contender.
 
-    Sizes left ``None`` come from the ``multi30k`` preset on CUDA (vocabulary 8000, 32-token sentences,
-    50 timed steps after 10 untimed ones) and from a tiny model on other devices (d_model 64, N 2,
-    vocabulary 1000, 16-token sentences, 5 timed steps after 2), which runs in seconds.
+    Sizes left ``None`` come from the ``multi30k`` preset on CUDA (vocabulary 8000, 8192 tokens a
+    batch, 50 batches, one warm-up pass) and from a tiny model on other devices (d_model 64, N 2,
+    vocabulary 1000, 1024 tokens a batch, 5 batches, one warm-up pass), which runs in seconds.
 
     Args:
         device: default CUDA when available.
         d_model, d_ff, h, N, vocab_size: model sizes (shared embeddings, tied generator).
-        max_tokens: padded positions per batch; seq_len: longest sentence (lengths from seq_len / 2).
-        steps: timed steps; warmup: untimed steps before them.
+        max_tokens: padded positions per batch; seq_len: longest synthetic sentence (lengths from
+            seq_len / 2; the real data has its own).
+        steps: batches, each trained on once per pass; warmup: passes before the steady one,
+            every step timed alone (0: no warm-up is measured and the steady pass meets every
+            shape for the first time).
         dropout: P_drop of every contender.
-        amp: bfloat16 autocast; default on for CUDA only.
+        amp: autocast: ``None``/``"auto"`` as ``TrainConfig.amp="auto"`` (CUDA: bfloat16 from compute
+            capability 8.0, else float16 with a gradient scaler; CPU: none), ``True``/``"bf16"``,
+            ``"fp16"``, or ``False``.
         peak: the device's peak TFLOP/s for MFU; default from ``PEAK_BF16_TFLOPS`` on CUDA.
-        contenders: a subset of ``CONTENDERS``.
-        seed: seeds the weights and the batches.
+        contenders: a subset of ``ALL_CONTENDERS``.
+        seed: seeds the weights, the batches and dropout.
+        data: ``"auto"`` (Multi30k when found, else synthetic), ``"multi30k"`` or ``"synthetic"``.
+        root: the Multi30k folder (default ``$AIAYN_DATA``).
+        ops: count the ATen ops of one step per eager contender (``count_step_ops``).
+        compile_backend: ``torch.compile``'s backend for the compiled contenders.
 
     Returns:
-        Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens), ``step_ms``, ``tflops``
-        (achieved), ``mfu`` (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), sizes, device.
+        Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens, steady), ``step_ms``
+        (steady), ``first_shape_steps``, ``first_shape_ms`` (median), ``warmup_extra_s``,
+        ``warmup_s`` (the warm-up passes in all), ``ops_per_step``, ``tflops``, ``mfu``
+        (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), ``data``, sizes, device.
     """
     device = resolve_device(device)
-    unknown = [c for c in contenders if c not in CONTENDERS]
+    unknown = [c for c in contenders if c not in ALL_CONTENDERS]
     if unknown:
         raise ValueError(
-            f"unknown contenders {unknown}; choose from {list(CONTENDERS)}"
+            f"unknown contenders {unknown}; choose from {list(ALL_CONTENDERS)}"
+        )
+    if data not in ("auto", "multi30k", "synthetic"):
+        raise ValueError(
+            f"data must be 'auto', 'multi30k' or 'synthetic', got {data!r}"
         )
     cuda = device.type == "cuda"
     preset = PRESETS["multi30k"]
     defaults = (
         dict(d_model=preset.d_model, d_ff=preset.d_ff, h=preset.h, N=preset.N, vocab_size=preset.vocab_size,
-             max_tokens=preset.max_tokens, seq_len=32, steps=50, warmup=10)
+             max_tokens=preset.max_tokens, seq_len=32, steps=50, warmup=1)
         if cuda
-        else dict(d_model=64, d_ff=256, h=4, N=2, vocab_size=1000, max_tokens=1024, seq_len=16, steps=5, warmup=2)
+        else dict(d_model=64, d_ff=256, h=4, N=2, vocab_size=1000, max_tokens=1024, seq_len=16, steps=5, warmup=1)
     )  # fmt: skip
     given = dict(d_model=d_model, d_ff=d_ff, h=h, N=N, vocab_size=vocab_size, max_tokens=max_tokens,
                  seq_len=seq_len, steps=steps, warmup=warmup)  # fmt: skip
@@ -342,7 +563,12 @@ def run_bench(
         raise ValueError(
             f"peak must be a positive number of TFLOP/s, got {peak!r}"
         )
-    amp_dtype = torch.bfloat16 if (cuda if amp is None else amp) else None
+    amp_name = (
+        {None: "auto", True: "bf16", False: None}.get(amp, amp)
+        if not isinstance(amp, str)
+        else amp
+    )
+    amp_dtype = amp_dtype_for(amp_name, device)
     device_name = (
         torch.cuda.get_device_name(device)
         if cuda
@@ -352,83 +578,114 @@ def run_bench(
         peak = peak_tflops(device_name)
 
     V = size["vocab_size"]
+    source = "synthetic"
+    batches: list[Batch] = []
+    if data != "synthetic":
+        try:
+            batches, V = multi30k_batches(
+                size["steps"], size["max_tokens"], V, seed, device, root
+            )
+            source = f"Multi30k train, {V}-piece BPE"
+        except DatasetUnavailable:
+            if data == "multi30k":
+                raise
+            source = f"synthetic (no Multi30k files in {data_dir(root)})"
+    if not batches:
+        batches = synthetic_batches(
+            size["steps"],
+            size["max_tokens"],
+            size["seq_len"],
+            V,
+            seed,
+            device,
+        )
     config = TransformerConfig(
         V, V, d_model=size["d_model"], d_ff=size["d_ff"], h=size["h"], N=size["N"], dropout=dropout,
-        share_embeddings=True, tie_output=True, pad_id=PAD,
+        share_embeddings=True, tie_output=True, pad_id=PAD, max_len=max(256, *(b.src.size(1) for b in batches)),
     )  # fmt: skip
     torch.manual_seed(seed)
     base = Transformer(
         config
     )  # on the CPU; each contender gets its own copy on the device
-    batches = synthetic_batches(
-        size["warmup"] + size["steps"],
-        size["max_tokens"],
-        size["seq_len"],
-        V,
-        seed,
-        device,
-    )
-    timed = batches[size["warmup"] :]
     lengths = (
-        [(b.src != PAD).sum(1).tolist() for b in timed],
-        [(b.tgt_out != PAD).sum(1).tolist() for b in timed],
+        [(b.src != PAD).sum(1).tolist() for b in batches],
+        [(b.tgt_out != PAD).sum(1).tolist() for b in batches],
     )
     flops = sum(
         training_flops(config, s, t) for s, t in zip(*lengths, strict=True)
     )
-    tokens = sum(b.n_tokens for b in timed)
+    tokens = sum(b.n_tokens for b in batches)
+    n_shapes = len({_shape(b) for b in batches})
 
     rows = []
     for name in contenders:
         if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        if name == "nn.Transformer":
-            model = TorchTransformer(base)
-        else:
-            model = copy.deepcopy(base)
-            set_fused(model, name == "ours (fused)")
-        model.to(device)
+        model = _contender(name, base, compile_backend).to(device)
+        compiled = "compiled" in name
+        count = (
+            count_step_ops(model, batches[0], amp_dtype)
+            if ops and not compiled
+            else None
+        )
+        if compiled:
+            model = torch.compile(
+                model, backend=compile_backend, dynamic=True
+            )
         torch.manual_seed(seed)  # the same dropout draws for every contender
-        seconds, loss = _time_training(
+        timing = _train_passes(
             model, batches, size["warmup"], amp_dtype, device
         )
+        seconds = timing["steady_s"]
+        step_s = seconds / len(batches)
+        first = timing["first"]
         achieved = flops / seconds
         rows.append({
             "name": name,
             "params": count_parameters(model),
             "tokens_per_s": tokens / seconds,
-            "step_ms": 1000 * seconds / size["steps"],
+            "step_ms": 1000 * step_s,
+            "first_shape_steps": len(first),
+            "first_shape_ms": 1000 * statistics.median(first) if first else None,
+            "warmup_extra_s": sum(first) - len(first) * step_s if first else None,
+            "warmup_s": sum(first) + sum(timing["repeat"]),
+            "ops_per_step": None if count is None else count["total"],
             "tflops": achieved / 1e12,
             "mfu": achieved / (peak * 1e12) if peak else None,
             "peak_mem_mib": _peak_memory_mib(device),
-            "loss": loss,
+            "loss": timing["loss"],
+            "data": source,
+            "shapes": n_shapes,
             "device": str(device),
             "device_name": device_name,
-            "amp": "bf16" if amp_dtype else None,
+            "amp": {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(amp_dtype),
             "peak_tflops": peak,
             **size,
+            "vocab_size": V,
         })  # fmt: skip
         del model
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The results as a Markdown table."""
+    """The results as a Markdown table: steady state, then warm-up, ops, MFU."""
     lines = [
-        "| contender | params | target tok/s | ms/step | TFLOP/s | MFU | peak mem (MiB) | last loss |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| contender | params | steady tok/s | ms/step | first-shape steps | first-shape ms (median) "
+        "| warm-up extra s | ops/step | TFLOP/s | MFU | peak mem (MiB) | last loss |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def num(value: float | None, fmt: str) -> str:
+        return "n/a" if value is None else format(value, fmt)
+
     for r in rows:
         mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        mem = (
-            "n/a"
-            if r["peak_mem_mib"] is None
-            else f"{r['peak_mem_mib']:,.0f}"
-        )
         lines.append(
             f"| {r['name']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | "
-            f"{r['tflops']:.3g} | {mfu} | {mem} | {r['loss']:.3f} |"
+            f"{r.get('first_shape_steps', 'n/a')} | {num(r.get('first_shape_ms'), '.1f')} | "
+            f"{num(r.get('warmup_extra_s'), '.2f')} | {num(r.get('ops_per_step'), ',')} | "
+            f"{r['tflops']:.3g} | {mfu} | {num(r['peak_mem_mib'], ',.0f')} | {r['loss']:.3f} |"
         )
     return "\n".join(lines)
 
@@ -436,7 +693,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = cli.parser(
         "python -m aiayn.bench",
-        "Training speed of our Transformer (explicit and fused attention) and nn.Transformer.",
+        "Training speed of our Transformer (explicit, fused, set_fast, compiled) and nn.Transformer "
+        "on the same batches: warm-up (first step of each batch shape) and steady state apart.",
     )
     p.add_argument(
         "--device", default=None, help="default cuda when available"
@@ -446,15 +704,25 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(flag, dest=name, type=cli.positive_int, default=None)
     p.add_argument("--vocab", dest="vocab_size", type=cli.positive_int, default=None,
                    help="vocabulary size, at least 5 (4 special ids)")  # fmt: skip
-    p.add_argument(
-        "--warmup",
-        type=cli.natural_int,
-        default=None,
-        help="untimed steps first",
-    )
+    p.add_argument("--warmup", type=cli.natural_int, default=None,
+                   help="passes over the batches before the steady one, each step timed alone (default 1)")  # fmt: skip
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--data", dest="data", choices=("auto", "multi30k", "synthetic"), default="auto",
+                   help="batches from Multi30k (auto: when found) or synthetic")  # fmt: skip
     p.add_argument(
-        "--no-amp", action="store_true", help="no bfloat16 autocast on CUDA"
+        "--root", default=None, help="Multi30k folder (default $AIAYN_DATA)"
+    )
+    p.add_argument("--contenders", nargs="+", default=list(ALL_CONTENDERS), metavar="NAME",
+                   help=f"a subset of: {', '.join(ALL_CONTENDERS)} (default all)")  # fmt: skip
+    p.add_argument(
+        "--no-ops",
+        action="store_true",
+        help="do not count the ops of a step",
+    )
+    p.add_argument("--amp", choices=("auto", "bf16", "fp16", "none"), default="auto",
+                   help="autocast; auto: CUDA bf16, or fp16 with a scaler below compute capability 8.0")  # fmt: skip
+    p.add_argument(
+        "--no-amp", action="store_true", help="no autocast (as --amp none)"
     )
     p.add_argument(
         "--peak-tflops",
@@ -496,15 +764,18 @@ def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             "seq_len",
         )
     }
+    amp = None if args.no_amp or args.amp == "none" else args.amp
     rows = run_bench(
         args.device, **sizes, steps=args.steps, warmup=args.warmup, dropout=args.dropout,
-        amp=False if args.no_amp else None, peak=args.peak_tflops,
+        amp=False if amp is None else amp, peak=args.peak_tflops, contenders=args.contenders,
+        data=args.data, root=args.root, ops=not args.no_ops,
     )  # fmt: skip
     r = rows[0]
     print(
         f"{r['device_name']}, torch {torch.__version__}, amp {r['amp']}: d_model {r['d_model']}, d_ff {r['d_ff']}, "
-        f"h {r['h']}, N {r['N']}, vocab {r['vocab_size']}, {r['max_tokens']} tokens/batch, "
-        f"{r['steps']} timed steps after {r['warmup']}; peak {r['peak_tflops'] or 'unknown'} TFLOP/s\n"
+        f"h {r['h']}, N {r['N']}, vocab {r['vocab_size']}, {r['max_tokens']} tokens/batch\n"
+        f"batches: {r['data']}; {r['steps']} batches of {r['shapes']} shapes, {r['warmup']} warm-up pass(es) "
+        f"timed step by step, then one steady pass; peak {r['peak_tflops'] or 'unknown'} TFLOP/s\n"
     )
     print(format_table(rows))
     if args.json is not None:

@@ -1,0 +1,199 @@
+"""aiayn.bench: every contender on the same batches, warm-up apart from the steady state, ops per step."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from aiayn import bench
+from aiayn.bench import (
+    ALL_CONTENDERS,
+    CONTENDERS,
+    count_step_ops,
+    multi30k_batches,
+    run_bench,
+    synthetic_batches,
+)
+from aiayn.data import PAD, SHA256, DatasetUnavailable
+from aiayn.layers import set_fast
+from aiayn.model import Transformer, TransformerConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = dict(d_model=16, d_ff=32, h=2, N=1, vocab_size=60, max_tokens=160, seq_len=8)
+DATA = Path(os.environ.get("AIAYN_DATA") or Path(__file__).resolve().parents[1].parent / "shared/data/multi30k")
+
+
+def tiny_model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(60, 60, d_model=16, d_ff=32, h=2, N=2, dropout=0.1, pad_id=PAD))
+
+
+def _spy_on_batches(monkeypatch) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    seen = []
+    passes = bench._train_passes
+
+    def spy(model, batches, *args):
+        seen.append([(b.src, b.tgt_out) for b in batches])
+        return passes(model, batches, *args)
+
+    monkeypatch.setattr(bench, "_train_passes", spy)
+    return seen
+
+
+def _same_tensors(seen) -> bool:
+    first, *others = seen
+    return all(a is x and b is y for batches in others for (a, b), (x, y) in zip(batches, first, strict=True))
+
+
+def test_every_eager_contender_trains_on_the_same_batches(monkeypatch):
+    seen = _spy_on_batches(monkeypatch)
+    eager = [c for c in ALL_CONTENDERS if "compiled" not in c]
+    rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=eager)
+    assert [r["name"] for r in rows] == eager and len(seen) == len(eager)
+    assert _same_tensors(seen)  # the very same tensors, not equal copies
+    assert len({r["params"] for r in rows}) == 1
+    shapes = len({(b.src.shape, b.tgt_in.shape) for b in synthetic_batches(2, 160, 8, 60)})
+    assert all(r["data"] == "synthetic" and r["shapes"] == shapes for r in rows)
+    explicit, fused, fast = rows[:3]  # same weights, batches and dropout draws
+    assert fused["loss"] == pytest.approx(explicit["loss"], abs=1e-4)
+    assert fast["loss"] == pytest.approx(explicit["loss"], abs=1e-4)
+    assert all(r["ops_per_step"] > 0 for r in rows)
+
+
+def test_compiled_contenders_train_on_the_same_batches(monkeypatch):
+    seen = _spy_on_batches(monkeypatch)
+    names = ["ours (set_fast)", "ours (set_fast, compiled)", "nn.Transformer (compiled)"]
+    rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=names,
+                     compile_backend="eager")  # fmt: skip
+    assert [r["name"] for r in rows] == names and _same_tensors(seen)
+    assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], abs=1e-4)  # compiled: the same numbers
+    assert rows[0]["ops_per_step"] > 0
+    assert rows[1]["ops_per_step"] is None and rows[2]["ops_per_step"] is None  # compiled: not counted
+    assert all(r["warmup_extra_s"] is not None for r in rows)  # the compile time is in the warm-up
+
+
+class _SlowFirstShape(nn.Module):
+    """Wraps a model; the first call on each input shape sleeps, as a per-shape kernel plan would."""
+
+    def __init__(self, model: nn.Module, delay: float):
+        super().__init__()
+        self.model, self.delay, self.shapes = model, delay, set()
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        if self.training and (src.shape, tgt.shape) not in self.shapes:
+            self.shapes.add((src.shape, tgt.shape))
+            time.sleep(self.delay)
+        return self.model(src, tgt, src_mask, tgt_mask)
+
+
+def test_warm_up_is_reported_apart_from_the_steady_state(monkeypatch):
+    make = bench._contender
+    monkeypatch.setattr(bench, "_contender", lambda *args: _SlowFirstShape(make(*args), 0.1))
+    (row,) = run_bench("cpu", **TINY, steps=4, warmup=2, data="synthetic", contenders=["ours (fused)"], ops=False)
+    shapes = len({(b.src.shape, b.tgt_in.shape) for b in synthetic_batches(4, 160, 8, 60)})
+    assert row["first_shape_steps"] == row["shapes"] == shapes > 1  # one per new shape, none in pass two
+    assert row["first_shape_ms"] >= 100  # the delay is in the warm-up ...
+    assert row["warmup_extra_s"] >= shapes * 0.1 * 0.9
+    assert row["step_ms"] < 100  # ... and not in the steady state
+    assert row["warmup_s"] >= shapes * 0.1
+    assert row["tokens_per_s"] == pytest.approx(
+        sum(b.n_tokens for b in synthetic_batches(4, 160, 8, 60)) / (row["step_ms"] * 4 / 1000)
+    )
+
+    (cold,) = run_bench("cpu", **TINY, steps=2, warmup=0, data="synthetic", contenders=["ours (fused)"], ops=False)
+    assert cold["first_shape_steps"] == 0 and cold["first_shape_ms"] is None and cold["warmup_extra_s"] is None
+    assert cold["step_ms"] * 2 >= 100  # no warm-up pass: the steady pass pays for the new shape
+
+
+def test_op_counts_are_positive_and_the_fast_path_dispatches_fewer():
+    model = tiny_model()
+    batch = synthetic_batches(1, 200, 8, 60, seed=1)[0]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    explicit = count_step_ops(model, batch)
+    for key, value in model.state_dict().items():  # counted on a copy
+        assert torch.equal(value, before[key]), key
+    with set_fast(model):
+        fast = count_step_ops(model, batch, top=3)
+    for counts in (explicit, fast):
+        assert all(counts[k] > 0 for k in ("forward + loss", "backward", "clip + Adam"))
+        assert counts["total"] == counts["forward + loss"] + counts["backward"] + counts["clip + Adam"]
+    assert fast["forward + loss"] < explicit["forward + loss"]
+    assert fast["total"] < explicit["total"]
+    assert len(fast["top"]) == 3 and all(n > 0 for _, n in fast["top"])
+
+
+def test_measure_tool_uses_the_packages_counter():
+    source = (Path(__file__).resolve().parents[1] / "tools/measure_fast_paths.py").read_text()
+    assert "from aiayn.bench import" in source and "count_step_ops" in source
+    assert "class CountOps" not in source
+
+
+@pytest.mark.skipif(not all((DATA / name).is_file() for name in SHA256), reason="needs the Multi30k files")
+def test_real_batches_have_varied_shapes_within_the_budget(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the tokenizer is cached here
+    batches, V = multi30k_batches(6, 600, 200, seed=0, root=DATA)
+    assert V == 200 and len(batches) == 6
+    assert len({tuple(b.src.shape) + tuple(b.tgt_out.shape) for b in batches}) > 3
+    for b in batches:
+        assert b.src.size(0) * (b.src.size(1) + b.tgt_out.size(1)) <= 600
+        assert int(b.src.max()) < V and b.n_tokens > 0
+    (row,) = run_bench("cpu", **{**TINY, "vocab_size": 200, "max_tokens": 600}, steps=2, warmup=0, root=DATA,
+                       contenders=["ours (explicit)"], ops=False)  # fmt: skip
+    assert row["data"] == "Multi30k train, 200-piece BPE"
+
+
+def test_without_data_the_batches_are_synthetic_and_say_so(tmp_path):
+    (row,) = run_bench("cpu", **TINY, steps=1, warmup=0, root=tmp_path, contenders=["ours (fused)"], ops=False)
+    assert row["data"] == f"synthetic (no Multi30k files in {tmp_path})"
+    with pytest.raises(DatasetUnavailable):
+        run_bench("cpu", **TINY, steps=1, root=tmp_path, data="multi30k")
+
+
+def test_bench_command_prints_the_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["--device", "cpu", "--d-model", "16", "--d-ff", "32", "--heads", "2", "--layers", "1", "--vocab", "60"]
+    rows = bench.main(
+        [*argv, "--max-tokens", "160", "--seq-len", "8", "--steps", "2", "--warmup", "1", "--data", "synthetic",
+         "--contenders", *CONTENDERS, "--json", str(path)]
+    )  # fmt: skip
+    assert [r["name"] for r in rows] == list(CONTENDERS)
+    assert all(r["tokens_per_s"] > 0 and r["tflops"] > 0 and r["mfu"] is None for r in rows)
+    assert all(r["ops_per_step"] > 0 for r in rows)
+    assert json.loads(path.read_text()) == rows
+    printed = capsys.readouterr().out
+    assert "| ours (fused) |" in printed and "batches: synthetic" in printed and "n/a" in printed
+
+    (row,) = run_bench("cpu", 32, 64, 4, 1, 100, 256, 8, steps=1, warmup=0, peak=1.0, contenders=["ours (fused)"],
+                       data="synthetic", ops=False)  # fmt: skip
+    assert row["mfu"] == pytest.approx(row["tflops"] / 1.0)
+
+
+def test_chapter_11_call_still_works():
+    """Chapter 11 runs ``run_bench(steps=3, warmup=1)`` and reads these keys of three rows."""
+    rows = run_bench("cpu", steps=1, warmup=1, data="synthetic", d_model=16, d_ff=32, N=1)
+    assert [r["name"] for r in rows] == list(CONTENDERS)
+    assert {"name", "params", "tokens_per_s", "loss", "device_name", "mfu"} <= set(rows[0])
+    assert abs(rows[0]["loss"] - rows[1]["loss"]) < 1e-4
+    assert bench.format_table(rows).count("\n") == 2 + len(rows) - 1
+
+
+def test_bench_rejects_unknown_contenders_and_data():
+    with pytest.raises(ValueError, match="unknown contenders"):
+        run_bench("cpu", contenders=["mine"])
+    with pytest.raises(ValueError, match="data must be 'auto', 'multi30k' or 'synthetic', got 'wiki'"):
+        run_bench("cpu", data="wiki")
+
+
+def test_peak_table_matches_device_names():
+    assert bench.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert bench.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert bench.peak_tflops("NVIDIA H200") == 989.0
+    assert bench.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert bench.peak_tflops("Some CPU") is None
