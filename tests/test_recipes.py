@@ -26,10 +26,10 @@ from aiayn.data import BOS, EOS, PAD, SHA256, load_multi30k
 from aiayn.decoding import beam_search
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.presets import PRESETS, TrainConfig, get_preset
+from aiayn.presets import PRESETS, TrainConfig, estimate_minutes, get_preset
 from aiayn.recipes import train
 from aiayn.runs import ResumeError
-from aiayn.training import LabelSmoothingLoss, save_checkpoint
+from aiayn.training import LabelSmoothingLoss, amp_dtype_for, save_checkpoint
 from aiayn.translation import (
     average_checkpoints,
     evaluate,
@@ -276,6 +276,29 @@ def test_presets_and_their_errors():
     with pytest.raises(ValueError, match=r"unknown TrainConfig fields \['colour'\]"):
         TrainConfig.from_dict({**asdict(SMOKE), "colour": "red"})
     assert TrainConfig.from_dict(json.loads(json.dumps(SMOKE.to_dict()))) == SMOKE
+
+
+def test_t4_preset_is_estimated_to_train_within_15_minutes(monkeypatch):
+    t4 = PRESETS["multi30k-t4"]
+    estimate = estimate_minutes(t4, "Tesla T4")
+    assert estimate.device == "T4" and estimate.minutes <= 15
+    # the three scalings of the same measured time differ by the data-sheet ratios
+    assert estimate.compute_min / estimate.bandwidth_min == pytest.approx((989 / 65) / (3.35 / 0.32))
+    assert estimate.launch_min < estimate.bandwidth_min < estimate.compute_min
+    assert estimate.minutes == pytest.approx(estimate.compute_min + estimate.overhead_min)
+    assert all(len(line) <= 77 for line in estimate.lines) and "estimate" in str(estimate)
+    # on a T4 (compute capability 7.5) the preset trains in float16 with a gradient scaler
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert t4.amp == "auto" and amp_dtype_for(t4.amp, "cuda") is torch.float16
+
+
+def test_time_estimate_reproduces_the_measured_h100_run():
+    summary = json.loads((PUBLISHED / "summary.json").read_text())
+    estimate = estimate_minutes(PRESETS["multi30k"], summary["device_name"])
+    assert estimate.compute_min == estimate.bandwidth_min == pytest.approx(estimate.launch_min)
+    assert 60 * estimate.minutes == pytest.approx(summary["wall_s"], rel=0.01)
+    with pytest.raises(ValueError, match="no data-sheet figures for 'Radeon 7900'; known: H100, A100, L4, T4"):
+        estimate_minutes(PRESETS["multi30k"], "Radeon 7900")
 
 
 def test_flat_config_of_older_run_folders_is_read():

@@ -27,6 +27,16 @@ minutes of training on one H100:
 
 If a run falls short of 40, N = 6 with warmup 2,000 is the next thing to try.
 
+``multi30k-t4`` is sized for Colab's free T4 (float16 with a gradient scaler, no native bfloat16),
+to finish within 15 minutes there: d_model 256, d_ff 1024, h 4, N 3 (29% of the ``multi30k``
+model's FLOPs per token), P_drop 0.2, batches of 4,096 positions (about 234 steps per epoch, twice
+the updates per epoch), warmup 1,000 and factor 0.5 (a peak rate of 1e-3), 25 epochs, the last 5
+averaged. Not yet run on a T4: its time is an estimate and its BLEU unmeasured.
+``estimate_minutes(cfg, "Tesla T4")`` gives the estimate with its arithmetic (see its docstring);
+for this preset about 13.5 minutes when the H100's measured time is scaled by the cards' peak
+FLOP/s (the most pessimistic of its three scalings), 9.8 by memory bandwidth and 6.9 if launching
+ops bounds the step (each with 1.3 minutes of validation and checkpoints).
+
 ``multi30k-smoke`` runs the whole pipeline on two CPU cores in well under a minute: 2,000 training
 pairs, a 1,000-piece vocabulary, a two-layer model of width 64 without dropout (far too short a run to
 overfit, and drawing dropout masks is a sixth of a CPU step at this size), 3 epochs of 50 steps; the
@@ -44,7 +54,15 @@ from .checks import check_int
 from .data import PAD, Tokenizer
 from .model import Transformer, TransformerConfig
 
-__all__ = ["TrainConfig", "PRESETS", "get_preset", "build_model"]
+__all__ = [
+    "TrainConfig",
+    "PRESETS",
+    "get_preset",
+    "build_model",
+    "GPU_SPECS",
+    "TimeEstimate",
+    "estimate_minutes",
+]
 
 # The model fields a run's config.json held at the top level before they moved into "model".
 _FLAT_MODEL_FIELDS = (
@@ -336,8 +354,24 @@ _LAPTOP = TrainConfig(
     cpu_threads=1,
 )  # fmt: skip
 
+_T4 = TrainConfig(
+    name="multi30k-t4",
+    model=TransformerConfig(
+        8000, 8000, d_model=256, d_ff=1024, h=4, N=3, dropout=0.2, max_len=256,
+        share_embeddings=True, tie_output=True, pad_id=PAD, fused_attention=True,
+    ),
+    max_tokens=4096,
+    epochs=25,
+    warmup=1000,
+    lr_factor=0.5,
+    average_last=5,
+    beam=4,
+    length_penalty=0.6,
+)  # fmt: skip
+
 PRESETS: dict[str, TrainConfig] = {
     "multi30k": _MULTI30K,
+    "multi30k-t4": _T4,
     "multi30k-smoke": _SMOKE,
     "laptop": _LAPTOP,
 }
@@ -358,3 +392,130 @@ def build_model(cfg: TrainConfig, tokenizer: Tokenizer | int) -> Transformer:
     return Transformer(
         replace(cfg.model, src_vocab_size=V, tgt_vocab_size=V)
     )
+
+
+# --- How long will it take? --------------------------------------------------------------------------
+
+# Data-sheet figures: dense tensor-core peak (TFLOP/s, no sparsity) in the dtype ``amp="auto"`` picks
+# there, and memory bandwidth (TB/s). Matched in this order against ``torch.cuda.get_device_name()``.
+GPU_SPECS: dict[str, tuple[str, float, float]] = {
+    "H100": ("bf16", 989.0, 3.35),  # SXM
+    "A100": ("bf16", 312.0, 2.04),  # 80 GB SXM
+    "L4": ("bf16", 121.0, 0.30),
+    "T4": ("fp16", 65.0, 0.32),  # no native bfloat16
+}
+
+# The published run of the multi30k preset (../shared/runs/multi30k-h100, summary.json): one H100
+# SXM, bfloat16 autocast, torch 2.11. Measured: 4,680 steps (40 epochs) in 268.1 s of training steps
+# and 388.3 s wall, 66,099 target tokens/s. No float16 run of it has been measured.
+_REFERENCE = dict(
+    device="H100", epochs=40, steps=4680, train_s=268.1, wall_s=388.3, tokens_per_s=66_099.0, max_tokens=8192
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """``estimate_minutes``'s answer: three scalings of the measured H100 run, and their arithmetic.
+
+    ``minutes`` is the largest of the three plus the time between steps; it is an estimate, not a
+    measurement.
+    """
+
+    device: str
+    compute_min: float
+    bandwidth_min: float
+    launch_min: float
+    overhead_min: float
+    lines: tuple[str, ...]
+
+    @property
+    def minutes(self) -> float:
+        return (
+            max(self.compute_min, self.bandwidth_min, self.launch_min)
+            + self.overhead_min
+        )
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _spec(device_name: str) -> tuple[str, tuple[str, float, float]]:
+    for key, spec in GPU_SPECS.items():
+        if key.lower() in device_name.lower():
+            return key, spec
+    raise ValueError(
+        f"no data-sheet figures for {device_name!r}; known: {', '.join(GPU_SPECS)}"
+    )
+
+
+def estimate_minutes(cfg: TrainConfig, device_name: str) -> TimeEstimate:
+    """Estimate the training time of ``cfg`` on a GPU from the published H100 run (an estimate only).
+
+    From the measured H100 run of ``multi30k`` (268.1 s of steps for 40 epochs, 6.70 s an epoch;
+    2,096 steps would be one per 57.3 ms) and data-sheet ratios. Per epoch of ``cfg``:
+
+    - **compute**: the H100's time per epoch × (``cfg``'s model FLOPs per token ÷ the published
+      model's, ``bench.training_flops`` at 16 source and 15 target tokens) × (H100 peak ÷ this GPU's
+      peak, 989 ÷ 65 = 15.2 for a T4 in float16): as if the H100's time were all arithmetic.
+    - **bandwidth**: the same with the memory bandwidths (3.35 ÷ 0.32 = 10.5 for a T4): as if it were
+      all memory traffic, proportional to the FLOPs.
+    - **launch**: steps × 57.3 ms, the H100 run's time per step: as if launching the ~2,000 ops of a
+      step bounded it whatever the GPU (the H100 run used 1.1 % of its peak; a slower host CPU,
+      as Colab's, makes this longer). Steps per epoch: 117 × 8,192 ÷ ``max_tokens``.
+
+    The H100's time scaled this way still contains its own launch overhead, so the compute and
+    bandwidth figures are pessimistic, and the launch figure is a lower bound. ``minutes`` is the
+    largest plus the time between steps (validation, checkpoints, data preparation: 120.2 s over
+    40 epochs on the H100, 3.0 s an epoch). The H100 ran in bfloat16; no float16 run was measured.
+
+    Args:
+        cfg: the run's config (``epochs``, ``max_steps``, ``max_tokens``, ``train_subset`` and the
+            model's sizes are used).
+        device_name: a GPU name containing a key of ``GPU_SPECS`` (``torch.cuda.get_device_name()``).
+    """
+    from .bench import training_flops  # bench imports this module
+
+    ref = _REFERENCE
+    key, (dtype, peak, bandwidth) = _spec(device_name)
+    _, (_, ref_peak, ref_bandwidth) = _spec(ref["device"])
+    published = PRESETS["multi30k"].model
+    flops = training_flops(cfg.model, [16], [15]) / training_flops(
+        published, [16], [15]
+    )
+    data = (
+        1.0
+        if cfg.train_subset is None
+        else min(cfg.train_subset, 29_000) / 29_000
+    )
+    ref_epoch_s = ref["train_s"] / ref["epochs"]  # 6.70 s
+    ref_step_s = ref["train_s"] / ref["steps"]  # 57.3 ms
+    steps_per_epoch = (
+        ref["steps"]
+        / ref["epochs"]
+        * ref["max_tokens"]
+        / cfg.max_tokens
+        * data
+    )
+    epochs = cfg.epochs
+    if cfg.max_steps is not None:
+        epochs = min(epochs, cfg.max_steps / steps_per_epoch)
+    epoch_s = ref_epoch_s * data * flops
+    compute = epochs * epoch_s * ref_peak / peak / 60
+    memory = epochs * epoch_s * ref_bandwidth / bandwidth / 60
+    launch = epochs * steps_per_epoch * ref_step_s / 60
+    between = (ref["wall_s"] - ref["train_s"]) / ref["epochs"]
+    overhead = epochs * between / 60
+    lines = (
+        f"estimate for {cfg.name} on the {key} ({dtype}), from the H100 run of",
+        f"  multi30k (bf16, measured): {ref_epoch_s:.2f} s a training epoch, "
+        f"{1000 * ref_step_s:.1f} ms a step",
+        f"  {epochs:g} epochs of ~{steps_per_epoch:.0f} steps, "
+        f"{flops:.2f}x the FLOPs per token",
+        f"  compute:   x {ref_peak:g}/{peak:g} TFLOP/s  -> {compute:5.1f} min",
+        f"  bandwidth: x {ref_bandwidth:g}/{bandwidth:g} TB/s    -> {memory:5.1f} min",
+        f"  launch-bound, {1000 * ref_step_s:.1f} ms a step  -> {launch:5.1f} min",
+        f"  + {between:.1f} s an epoch between steps  -> {overhead:5.1f} min",
+        f"  estimate: about {max(compute, memory, launch) + overhead:.0f} minutes "
+        "(an estimate, not measured)",
+    )
+    return TimeEstimate(key, compute, memory, launch, overhead, lines)

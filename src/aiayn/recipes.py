@@ -536,6 +536,12 @@ def train(
             )
 
 
+def _when_saved(cfg: TrainConfig) -> str:
+    minutes = cfg.checkpoint_minutes
+    every = f" and every {minutes:g} minutes" if minutes else ""
+    return f"saved at every epoch's end{every}"
+
+
 def _run(
     cfg: TrainConfig,
     folder: RunFolder,
@@ -559,6 +565,11 @@ def _run(
         folder.set_config(cfg)
         folder.write(METRICS, "")
         first_step = 0
+        say(
+            f"training a new run in {folder.path}; if it stops (Ctrl-C, "
+            "a lost Colab session), the same command resumes from its "
+            f"last checkpoint ({_when_saved(cfg)})"
+        )
     else:
         if folder.is_legacy():
             folder.adopt()
@@ -572,7 +583,11 @@ def _run(
             folder, plan.position["entry"] or {"step": plan.position["step"]}
         )
         first_step = plan.position["step"]
-        say(f"resuming {folder.path} at step {first_step}")
+        say(
+            f"resuming {folder.path} from its checkpoint at step "
+            f"{first_step} ({plan.position['epoch']} epochs done): the run "
+            "continues exactly where it stopped"
+        )
 
     amp = amp_dtype_for(cfg.amp, device)  # float16 (with a scaler) on a T4
     torch.manual_seed(cfg.seed)

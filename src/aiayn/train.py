@@ -9,6 +9,16 @@
 gets ``manifest.json``, ``config.json``, ``metrics.jsonl``, ``checkpoint.pt``, the last epochs'
 weights and ``tokenizer.model``. Ctrl-C saves a checkpoint and exits; the same command resumes.
 Score the run with ``python -m aiayn.evaluate runs/base``.
+
+On Colab, put ``--out`` on Google Drive, which outlives the session::
+
+    from google.colab import drive; drive.mount("/content/drive")
+    !python -m aiayn.train --preset multi30k-t4 --out /content/drive/MyDrive/aiayn/t4
+
+``checkpoint.pt`` is saved at every epoch's end and every ``--checkpoint-minutes`` (default 10).
+When the session disconnects, run the same command in a new one: it resumes from the last
+checkpoint, exactly as if it had not stopped (weights, optimizer, loss scale, random state and
+position in the epoch), and loses at most the steps since that checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +39,11 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     p = cli.parser(
         "python -m aiayn.train",
-        "Train a Transformer on Multi30k de->en from a preset. Running it again resumes the run.",
+        "Train a Transformer on Multi30k de->en from a preset. Running the same command again "
+        "resumes the run from its last checkpoint (saved at every epoch's end and every "
+        "--checkpoint-minutes): after Ctrl-C or a lost Colab session, run it again. On Colab, "
+        "give --out a folder on Google Drive (e.g. /content/drive/MyDrive/aiayn/t4) so that the "
+        "run outlives the session.",
     )
     p.add_argument(
         "--preset",
@@ -44,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         required=True,
-        help="run folder: new, empty, or one this command wrote",
+        help="run folder: new, empty, or one this command wrote (resumed); "
+        "on Colab a folder on Google Drive",
     )
     p.add_argument(
         "--data",
@@ -69,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         help="override the number of epochs",
     )
     p.add_argument("--checkpoint-minutes", type=cli.positive_float, default=None,
-                   help="also save a checkpoint after this many minutes inside an epoch")  # fmt: skip
+                   help="also save a checkpoint after this many minutes inside an epoch (default 10)")  # fmt: skip
     p.add_argument(
         "--compile", action="store_true", help="torch.compile the model"
     )
