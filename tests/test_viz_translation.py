@@ -1,7 +1,6 @@
 """Tests for the chapter 11 (translating Multi30k) helpers: aiayn.viz's figures, attention-map chart and
 published results, and aiayn.widgets.Translator. Nothing is drawn to the screen and no data set is needed."""
 
-import json
 
 import matplotlib
 import pytest
@@ -59,243 +58,10 @@ def maps_of_one_sentence(model, S: int = 5, T: int = 4):
 # --- Lengths and a run's curves ---------------------------------------------------------------------
 
 
-def test_length_histograms_figure_has_one_panel_per_unit_and_the_means():
-    fig = viz.length_histograms_figure(
-        {
-            "words": {"German": [3, 4, 5], "English": [4, 4]},
-            "BPE pieces": {"German": [6, 8], "English": [5]},
-        }
-    )
-    assert len(fig.axes) == 2
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert labels == ["German (mean 4.0)", "English (mean 4.0)"]
-    assert fig.axes[1].get_xlabel() == "BPE pieces per sentence"
-    with pytest.raises(ValueError, match="no lengths for 'English'"):
-        viz.length_histograms_figure(
-            {"words": {"German": [3], "English": []}}
-        )
-    with pytest.raises(ValueError, match="at least one label"):
-        viz.length_histograms_figure({})
-
-
-def test_run_curves_figure_draws_the_steps_and_the_evaluations():
-    records = [
-        {"event": "step", "step": s, "loss": 7.0 - s / 10}
-        for s in range(1, 11)
-    ]
-    records += [{"event": "eval", "step": 5, "val_loss": 6.0, "val_ppl": 403.4},
-                {"event": "eval", "step": 10, "val_loss": 5.0, "val_ppl": 148.4}]  # fmt: skip
-    fig = viz.run_curves_figure(records, title="smoke")
-    top, bottom = fig.axes
-    assert [len(line.get_xdata()) for line in top.lines] == [10, 2]
-    assert (
-        list(bottom.lines[0].get_ydata()) == [403.4, 148.4]
-        and bottom.get_yscale() == "log"
-    )
-    assert [t.get_text() for t in bottom.texts] == ["403.4", "148.4"]
-    long_run = records[:10] + [
-        {"event": "eval", "step": s, "val_loss": 1.0, "val_ppl": 1 + s}
-        for s in range(1, 11)
-    ]
-    assert [
-        t.get_text() for t in viz.run_curves_figure(long_run).axes[1].texts
-    ] == ["2.0", "11.0"]  # first, last
-    with pytest.raises(ValueError, match="no training steps"):
-        viz.run_curves_figure(
-            [{"event": "eval", "step": 1, "val_loss": 1.0, "val_ppl": 2.7}]
-        )
-
-
 # --- Attention maps ----------------------------------------------------------------------------------
 
 
-def test_attention_maps_frame_holds_every_weight_once_and_drops_the_masked_cells():
-    model = tiny_model(30)
-    torch.manual_seed(1)
-    maps = maps_of_one_sentence(model, S=5, T=4)
-    full = viz.attention_maps_frame(maps, drop_masked=False, decimals=6)
-    assert list(full.columns) == [
-        "kind",
-        "layer",
-        "head",
-        "query",
-        "key",
-        "weight",
-    ]
-    sizes = full.groupby("kind").size().to_dict()
-    assert sizes == {
-        "encoder": 2 * 4 * 25,
-        "decoder_self": 2 * 4 * 16,
-        "cross": 2 * 4 * 20,
-    }
-    cell = (
-        (full["kind"] == "cross")
-        & (full["layer"] == 2)
-        & (full["head"] == 3)
-        & (full["query"] == 1)
-    )
-    row = full[cell & (full["key"] == 4)]
-    assert row["weight"].item() == pytest.approx(
-        maps["cross"][1][0, 2, 1, 4].item(), abs=1e-6
-    )
-
-    kept = viz.attention_maps_frame(
-        maps
-    )  # the look-ahead mask's cells (key after query) are left out
-    decoder = kept[kept["kind"] == "decoder_self"]
-    assert (
-        len(decoder) == 2 * 4 * (4 * 5 // 2)
-        and (decoder["key"] <= decoder["query"]).all()
-    )
-    assert len(kept[kept["kind"] == "encoder"]) == 2 * 4 * 25
-    with pytest.raises(ValueError, match=r"unknown kinds \['self'\]"):
-        viz.attention_maps_frame({"self": maps["encoder"]})
-
-
-def test_attention_maps_chart_filters_layer_and_head_in_the_browser():
-    model = tiny_model(30, N=3, h=2)
-    torch.manual_seed(2)
-    frame = viz.attention_maps_frame(maps_of_one_sentence(model, S=5, T=4))
-    src, tgt = ["a", "b", "c", "d", "</s>"], ["<s>", "x", "y", "z"]
-    spec = viz.attention_maps_chart(
-        frame, src, tgt, title="one sentence"
-    ).to_dict()
-
-    params = {p["name"]: p for p in spec["params"]}
-    assert params["layer"]["bind"] == {
-        "input": "range",
-        "min": 1,
-        "max": 3,
-        "step": 1,
-        "name": "layer ",
-    }
-    assert (
-        params["head"]["bind"]["max"] == 2
-        and params["head"]["value"] == 1
-        and params["layer"]["value"] == 3
-    )
-    panels = spec["hconcat"]
-    assert [p["title"] for p in panels] == [
-        "encoder self-attention",
-        "decoder self-attention",
-        "cross-attention",
-    ]
-    sizes = [len(spec["datasets"][p["data"]["name"]]) for p in panels]
-    assert sizes == [
-        3 * 2 * 25,
-        3 * 2 * 10,
-        3 * 2 * 20,
-    ]  # each panel embeds only its own rows
-    for panel in panels:
-        assert {
-            "filter": "datum.layer == layer && datum.head == head"
-        } in panel["transform"]
-    cross = panels[2]
-    assert cross["width"] == 13 * 5 and cross["height"] == 13 * 4
-    assert json.dumps(src) in cross["encoding"]["x"]["axis"]["labelExpr"]
-    assert cross["encoding"]["color"]["scale"] == {
-        "type": "sqrt",
-        "domain": [0, 1],
-        "scheme": "blues",
-    }
-
-    with pytest.raises(
-        ValueError,
-        match="encoder: the weights reach 5 × 5 cells, but 4 query and 4 key tokens",
-    ):
-        viz.attention_maps_chart(frame, src[:4], tgt)
-    with pytest.raises(
-        ValueError, match="exceed max_rows=100; choose a shorter sentence"
-    ):
-        viz.attention_maps_chart(frame, src, tgt, max_rows=100)
-
-
 # --- Published results ------------------------------------------------------------------------------
-
-
-def fake_run(folder, hypotheses):
-    folder.mkdir()
-    config = {"name": "multi30k", "N": 3, "d_model": 512, "d_ff": 2048, "h": 8, "dropout": 0.3, "vocab_size": 8000,
-              "max_tokens": 8192, "epochs": 40, "warmup": 1000, "lr_factor": 0.5, "label_smoothing": 0.1}  # fmt: skip
-    summary = {"out_dir": "/home/someone/runs/multi30k", "device_name": "NVIDIA H100 80GB HBM3", "torch": "2.13.0",
-               "parameters": 26173248, "steps": 5000, "epochs_done": 40, "wall_s": 420.0, "tokens_per_s": 250000.0,
-               "amp": "bfloat16", "compile": False, "val_loss": 1.3, "val_ppl": 3.67}  # fmt: skip
-    test = {"sentences": len(hypotheses), "beam": 4, "length_penalty": 0.6, "checkpoints": ["epoch-039.pt"],
-            "bleu": 12.5, "sacrebleu": 12.5, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2",
-            "loss": 1.4, "ppl": 4.06}  # fmt: skip
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "summary.json").write_text(json.dumps(summary))
-    (folder / "results.json").write_text(json.dumps({"test2016": test}))
-    (folder / "test2016.hyp.en").write_text(
-        "".join(h + "\n" for h in hypotheses)
-    )
-
-
-def test_published_results_round_trip_and_rescore(tmp_path):
-    hypotheses = ["A dog runs in the snow.", "Two children play.", ""]
-    references = [
-        "A dog is running in the snow.",
-        "Two kids play in a park.",
-        "A woman reads.",
-    ]
-    fake_run(tmp_path / "run", hypotheses)
-    results = tmp_path / "results"
-    assert (
-        viz.load_published_results(results / "multi30k.json") is None
-    )  # not published yet
-
-    path = viz.write_published_results(
-        tmp_path / "run", results, measured_at="2026-11-22T10:00:00+00:00"
-    )
-    assert path == results / "multi30k.json"
-    record = viz.load_published_results(path)
-    assert (
-        record["measured_at"] == "2026-11-22T10:00:00+00:00"
-        and record["device_name"] == "NVIDIA H100 80GB HBM3"
-    )
-    assert (
-        "out_dir" not in record["train"] and record["test"]["bleu"] == 12.5
-    )
-    assert (
-        results / record["hypotheses"]
-    ).read_text() == "A dog runs in the snow.\nTwo children play.\n\n"
-
-    table = viz.published_results_frame(record)
-    assert table.loc["device", "value"] == "NVIDIA H100 80GB HBM3"
-    assert table.loc["test2016: sacreBLEU", "value"] == "12.50"
-    assert table.loc["parameters", "value"] == "26,173,248"
-    assert table.loc["sacreBLEU signature", "value"].startswith(
-        "nrefs:1|case:mixed"
-    )
-
-    scores = viz.rescore_hypotheses(
-        results / record["hypotheses"], references
-    )
-    assert scores["sentences"] == 3
-    assert scores["bleu"] == pytest.approx(
-        corpus_bleu(hypotheses, references).score
-    )
-    assert scores["sacrebleu"] == pytest.approx(scores["bleu"], abs=1e-9)
-    assert scores["signature"].startswith(
-        "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
-    )
-    with pytest.raises(ValueError, match="has 3 lines but 2 references"):
-        viz.rescore_hypotheses(
-            results / record["hypotheses"], references[:2]
-        )
-
-
-def test_published_results_explain_what_is_missing(tmp_path):
-    with pytest.raises(
-        FileNotFoundError,
-        match=r"lacks \['config.json', .*python -m aiayn.evaluate",
-    ):
-        viz.write_published_results(tmp_path, tmp_path / "results")
-    (tmp_path / "bad.json").write_text(json.dumps({"name": "multi30k"}))
-    with pytest.raises(
-        ValueError, match="lacks .*'measured_at'.*write_published_results"
-    ):
-        viz.load_published_results(tmp_path / "bad.json")
 
 
 # --- The translator widget --------------------------------------------------------------------------
@@ -551,3 +317,25 @@ def test_translator_text_form_fits_a_code_box(tokenizer):
     model = tiny_model(tokenizer.vocab_size)
     translator = Translator(model, tokenizer, text="ein hund", beam=2)
     assert repr(translator) == "Translator(text='ein hund', beam=2)"
+
+
+def test_rescore_hypotheses_scores_a_translations_file(tmp_path):
+    hypotheses = ["A dog runs in the snow.", "Two children play.", ""]
+    references = [
+        "A dog is running in the snow.",
+        "Two kids play in a park.",
+        "A woman reads.",
+    ]
+    path = tmp_path / "test2016.hyp.en"
+    path.write_text("".join(h + "\n" for h in hypotheses))
+    scores = viz.rescore_hypotheses(path, references)
+    assert scores["sentences"] == 3
+    assert scores["bleu"] == pytest.approx(
+        corpus_bleu(hypotheses, references).score
+    )
+    assert scores["sacrebleu"] == pytest.approx(scores["bleu"], abs=1e-9)
+    assert scores["signature"].startswith(
+        "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
+    )
+    with pytest.raises(ValueError, match="has 3 lines but 2 references"):
+        viz.rescore_hypotheses(path, references[:2])
