@@ -62,19 +62,19 @@ def average_checkpoints(
     """
     if not paths:
         raise ValueError(
-            "average_checkpoints: expected at least one checkpoint path, got none"
+            "average_checkpoints: expected at least one checkpoint path, "
+            "got none"
         )
     states = [
         _weights(RunFolder(Path(p).parent), Path(p))["model"] for p in paths
     ]
     mean = {}
     for key, value in states[-1].items():
-        if value.is_floating_point():
-            mean[key] = (
-                sum(s[key].double() for s in states)
-                .div(len(states))
-                .to(value.dtype)
-            )
+        if (
+            value.is_floating_point()
+        ):  # averaged in float64, stored as before
+            total = sum(s[key].double() for s in states)
+            mean[key] = total.div(len(states)).to(value.dtype)
         else:
             mean[key] = value
     return mean
@@ -176,35 +176,32 @@ def translate(
             ``F.layer_norm``), restored afterwards; ``None``: when the model's config has
             ``fused_attention`` on, as the trained runs do.
     """
-    if isinstance(sentences, str) or not all(
-        isinstance(s, str) for s in sentences
-    ):
+    if isinstance(sentences, str):
+        raise TypeError("sentences: expected a list of str, got one str")
+    if not all(isinstance(s, str) for s in sentences):
         raise TypeError("sentences: expected a list of str")
     check_int("beam", beam, minimum=1)
     check_int("batch_size", batch_size, minimum=1)
     V = model.config.tgt_vocab_size
     if tokenizer.vocab_size != V or not EOS < V:
         raise ValueError(
-            f"the tokenizer has {tokenizer.vocab_size} ids (<eos> = {EOS}) but the model's vocabulary "
-            f"has {V}: use the tokenizer the model was trained with"
+            f"the tokenizer has {tokenizer.vocab_size} ids (<eos> = {EOS}) "
+            f"but the model's vocabulary has {V}: use the tokenizer the "
+            "model was trained with"
         )
     if not sentences:
         return []
     device = next(model.parameters()).device
     max_len = model.config.max_len
-    ids = [
-        s[: max_len - 1] + [EOS]
-        for s in tokenizer.encode_batch(list(sentences))
-    ]
+    pieces = tokenizer.encode_batch(list(sentences))
+    ids = [s[: max_len - 1] + [EOS] for s in pieces]  # each ends in <eos>
     fast = model.config.fused_attention if fast is None else fast
-    with (
-        set_fast(model) if fast else contextlib.nullcontext(),
-        torch.autocast(
-            device.type,
-            dtype=amp_dtype or torch.bfloat16,
-            enabled=amp_dtype is not None,
-        ),
-    ):
+    switch = set_fast(model) if fast else contextlib.nullcontext()
+    dtype = amp_dtype or torch.bfloat16
+    autocast = torch.autocast(
+        device.type, dtype=dtype, enabled=amp_dtype is not None
+    )
+    with switch, autocast:
         outputs = decode_sorted(
             model, ids, BOS, EOS, beam, length_penalty, batch_size,
             max_len_a, max_len_b, use_cache=True,
