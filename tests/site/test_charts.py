@@ -257,3 +257,45 @@ def test_label_smoothing_lowers_the_true_class(docname, open_pages):
             lowered.append(hi[true] / sum(hi) < lo[true] / sum(lo) - 1e-3)
         assert any(lowered), f"{chart_id}: the true class's bar does not go down as ε goes up"
     no_new_errors(report, errors_before, docname)
+
+
+def translator_pages() -> list[str]:
+    return [d for d in su.toc_docnames() if re.search(r"translate", su.page_id(d))]
+
+
+@pytest.mark.parametrize("docname", translator_pages(), ids=su.page_id)
+def test_attention_menu_switches_the_sentence_and_sliders_the_head(docname, open_pages):
+    """Chapter 11's explorer: the sentence menu and the layer/head sliders each redraw the trained model's map."""
+    page, report = open_pages.get(docname)
+    menus = page.evaluate(
+        "() => Array.from(document.querySelectorAll('.aiayn-chart'))"
+        ".filter(c => c.querySelector('.vega-bindings select')).map(c => c.id)"
+    )
+    assert menus, f"{docname}: no chart with a sentence menu"
+    chart = menus[0]
+    page.wait_for_function("id => window.__aiayn.marks(id).length > 0", arg=chart, timeout=su.SETTLE_MS)
+    before = su.signature(page, chart)
+    options = page.evaluate(
+        """id => {
+          const select = document.getElementById(id).querySelector('.vega-bindings select');
+          const values = Array.from(select.options).map(o => o.value);
+          const next = values.find(v => v !== select.value);
+          select.value = next;
+          select.dispatchEvent(new Event('change', {bubbles: true}));
+          select.dispatchEvent(new Event('input', {bubbles: true}));
+          return values.length;
+        }""",
+        chart,
+    )
+    assert options >= 2, f"{docname}: the sentence menu offers {options} sentence(s)"
+    changed = page.evaluate("([id, b]) => window.__aiayn.waitChange(id, b, 1500, 60000)", [chart, before])
+    assert changed, f"{docname}: choosing another sentence did not redraw the attention map"
+    labels = [s["label"] for s in su.sliders(page, chart)]
+    assert any(re.search("layer", s, re.I) for s in labels) and any(re.search("head", s, re.I) for s in labels), (
+        f"{docname}: the explorer lacks a layer or a head slider: {labels}"
+    )
+    for index, slider in enumerate(su.sliders(page, chart)):
+        before = su.signature(page, chart)
+        su.set_slider(page, chart, index, other_value(slider))
+        after = su.signature(page, chart)
+        assert after != before, f"{docname}: moving '{slider['label']}' did not redraw the attention map"
