@@ -139,9 +139,35 @@ def test_the_laptop_record_is_the_laptop_preset():
     from aiayn.recipes import PRESETS, TrainConfig
 
     laptop = json.loads((RESULTS / "laptop.json").read_text())
-    assert laptop["command"].startswith("python -m aiayn.train --preset laptop ")
+    assert laptop["command"].startswith(
+        "python -m aiayn.train --preset laptop "
+    )
     recorded = TrainConfig.from_dict(laptop["config"])
     assert asdict(recorded) == asdict(PRESETS["laptop"])
-    assert laptop["wall_s"] <= 300  # the chapter says: about five minutes on 2 cores
-    assert laptop["short"]["bleu"] > 20 and laptop["short"]["sentences"] == 280
+    assert (
+        laptop["wall_s"] <= 300
+    )  # the chapter says: about five minutes on 2 cores
+    assert (
+        laptop["short"]["bleu"] > 20 and laptop["short"]["sentences"] == 280
+    )
     assert len(laptop["examples"]) == 6
+
+
+def test_the_length_penalty_was_chosen_on_validation_and_rescores():
+    sweep = json.loads((RESULTS / "length_penalty.json").read_text())
+    best = max(sweep["val"], key=lambda row: row["sacrebleu"])
+    assert sweep["chosen"] == best["length_penalty"]
+    chosen = sweep["test2016"][str(sweep["chosen"])]
+    hypotheses = (
+        (RESULTS / sweep["hypotheses"])
+        .read_text(encoding="utf-8")
+        .splitlines()
+    )
+    references = [
+        en for _, en in load_multi30k("test2016", data_dir(), download=False)
+    ]
+    assert len(hypotheses) == len(references) == 1000
+    score = corpus_bleu(hypotheses, references).score
+    assert round(score, 2) == chosen["sacrebleu"] == chosen["bleu"]
+    baseline = sweep["test2016"]["0.6"]["sacrebleu"]
+    assert chosen["sacrebleu"] > baseline  # what choosing on val bought
