@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from aiayn.batches import copy_task_batches
 from aiayn.decoding import (
     BeamSearchOutput,
     beam_search,
@@ -19,16 +20,11 @@ from aiayn.decoding import (
     greedy_decode,
     sample,
 )
+from aiayn.loss import LabelSmoothingLoss
 from aiayn.masks import decoder_mask, padding_mask
 from aiayn.model import Transformer, TransformerConfig, set_fast
-from aiayn.training import (
-    LabelSmoothingLoss,
-    copy_task_batches,
-    fit,
-    make_optimizer,
-    noam_rate,
-    noam_scheduler,
-)
+from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
+from aiayn.training import fit
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12

@@ -16,15 +16,11 @@ from aiayn import data as D
 from aiayn import evaluate as evaluate_cli
 from aiayn import train as train_cli
 from aiayn.attention import MultiHeadAttention
+from aiayn.batches import copy_task_batches
+from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.training import (
-    LabelSmoothingLoss,
-    copy_task_batches,
-    fit,
-    make_optimizer,
-    noam_rate,
-    noam_scheduler,
-)
+from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
+from aiayn.training import fit
 from aiayn.translation import evaluate, translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,14 +22,16 @@ from aiayn.bench import (
     synthetic_batches,
     training_flops,
 )
+from aiayn.checkpoints import save_checkpoint
 from aiayn.data import BOS, EOS, PAD, SHA256, load_multi30k
 from aiayn.decoding import beam_search
 from aiayn.layers import set_fast
+from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.presets import PRESETS, TrainConfig, estimate_minutes, get_preset
 from aiayn.recipes import train
 from aiayn.runs import ResumeError
-from aiayn.training import LabelSmoothingLoss, amp_dtype_for, save_checkpoint
+from aiayn.training import amp_dtype_for
 from aiayn.translation import (
     average_checkpoints,
     evaluate,

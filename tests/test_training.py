@@ -11,21 +11,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aiayn.batches import Batch, copy_task_batches
+from aiayn.checkpoints import load_checkpoint, save_checkpoint
 from aiayn.decoding import greedy_decode
+from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
 from aiayn.training import (
-    Batch,
     History,
-    LabelSmoothingLoss,
     amp_dtype_for,
-    copy_task_batches,
     fit,
-    load_checkpoint,
     make_grad_scaler,
-    make_optimizer,
-    noam_rate,
-    noam_scheduler,
-    save_checkpoint,
     train_step,
 )
 

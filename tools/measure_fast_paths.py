@@ -32,12 +32,12 @@ from pathlib import Path
 
 import torch
 
+from aiayn.batches import Batch
 from aiayn.bench import TorchTransformer, count_step_ops
 from aiayn.data import BOS, EOS, PAD, Tokenizer, load_multi30k
 from aiayn.decoding import beam_search, decode_sorted
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.training import Batch
 
 RUN = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
 

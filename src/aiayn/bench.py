@@ -86,6 +86,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cli
 from .attention import set_fused
+from .batches import Batch
 from .checks import atomic_write, check_int, resolve_device
 from .compare import to_torch_transformer, torch_masks
 from .data import (
@@ -101,16 +102,11 @@ from .data import (
     train_tokenizer,
 )
 from .layers import set_fast
+from .loss import LabelSmoothingLoss
 from .model import Transformer, TransformerConfig, count_parameters
 from .presets import PRESETS
-from .training import (
-    Batch,
-    LabelSmoothingLoss,
-    amp_dtype_for,
-    make_grad_scaler,
-    make_optimizer,
-    train_step,
-)
+from .schedule import make_optimizer
+from .training import amp_dtype_for, make_grad_scaler, train_step
 
 __all__ = [
     "PEAK_BF16_TFLOPS",

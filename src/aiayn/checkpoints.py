@@ -5,7 +5,7 @@ the epoch, the torch random states (CPU and CUDA: dropout continues with the sam
 ``extra`` dict (``fit`` keeps its position in the epoch and its history there) and, in float16
 training, the gradient scaler's state (its loss scale), so a resumed run scales as it would have.
 Everything is a tensor or a plain container, so ``torch.load(..., weights_only=True)`` reads it
-without running code. ``aiayn.training`` re-exports ``save_checkpoint`` and ``load_checkpoint``.
+without running code. ``aiayn.training.fit`` writes and reads them through this module.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def read_checkpoint(
         ) from None
     if not isinstance(checkpoint, dict) or "model" not in checkpoint:
         raise ValueError(
-            f"{label} is not a checkpoint of aiayn.training.save_checkpoint "
+            f"{label} is not a checkpoint of aiayn.checkpoints.save_checkpoint "
             "(expected a dict with a 'model' state)"
         )
     return checkpoint

@@ -9,7 +9,8 @@ Where the other parts of a run live:
 
 - the presets and ``TrainConfig``: ``aiayn.presets`` (``PRESETS``, ``build_model`` are re-exported here);
 - the run folder (files, manifest, lock): ``aiayn.runs``;
-- the schedule, the loss, ``train_step`` and ``fit``: ``aiayn.training``;
+- the schedule: ``aiayn.schedule``; the loss: ``aiayn.loss``; the batches: ``aiayn.batches``;
+- ``train_step`` and ``fit``: ``aiayn.training``;
 - translating and scoring a run: ``aiayn.translation`` (``evaluate``, ``load_run``, ``translate`` are
   re-exported here, so ``from aiayn.recipes import ...`` keeps working).
 
@@ -34,9 +35,11 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .batches import EpochBatches, eval_batches
 from .checkpoints import read_checkpoint
 from .checks import WrittenFile, resolve_device, sha256_file
 from .data import Tokenizer, encode_pairs, load_multi30k, train_tokenizer
+from .loss import LabelSmoothingLoss
 from .model import count_parameters
 from .presets import PRESETS, TrainConfig, build_model, get_preset
 from .runs import (
@@ -50,16 +53,8 @@ from .runs import (
     check_resumable,
     epoch_file,
 )
-from .training import (
-    EpochBatches,
-    FitState,
-    LabelSmoothingLoss,
-    amp_dtype_for,
-    eval_batches,
-    fit,
-    make_optimizer,
-    noam_scheduler,
-)
+from .schedule import make_optimizer, noam_scheduler
+from .training import FitState, amp_dtype_for, fit
 from .translation import evaluate, load_run, translate
 
 __all__ = [

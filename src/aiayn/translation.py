@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import torch
 
+from .batches import eval_batches
 from .bleu import corpus_bleu
 from .checkpoints import read_checkpoint
 from .checks import check_int, resolve_device
@@ -31,7 +32,7 @@ from .layers import set_fast
 from .model import Transformer
 from .presets import TrainConfig, build_model
 from .runs import CHECKPOINT, RESULTS, TOKENIZER, RunFolder, RunFolderError
-from .training import amp_dtype_for, eval_batches, mean_loss
+from .training import amp_dtype_for, mean_loss
 
 __all__ = [
     "average_checkpoints",
