@@ -6,7 +6,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -21,6 +21,7 @@ __all__ = [
     "WrittenFile",
     "sha256_file",
     "resolve_device",
+    "Record",
 ]
 
 
@@ -248,3 +249,18 @@ def resolve_device(device: torch.device | str | None) -> torch.device:
             f"available: {', '.join(['cpu', *cuda])}. Pass one of them with --device"
         ) from None
     return device
+
+
+class Record:
+    """A dataclass that also answers ``record["name"]`` and ``to_dict()``: results written as JSON.
+
+    ``RunSummary`` and ``EvalResult`` were dicts once; code written then keeps working.
+    """
+
+    def __getitem__(self, key: str):
+        if key not in {f.name for f in fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

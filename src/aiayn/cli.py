@@ -107,44 +107,33 @@ def natural_int(text: str) -> int:
 
 
 def _int(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer >= {minimum}, got {text!r}"
-        ) from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer >= {minimum}, got {value}"
-        )
-    return value
+    return _number(
+        text, int, f"an integer >= {minimum}", lambda v: v >= minimum
+    )
 
 
 def positive_float(text: str) -> float:
     """An argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number > 0, got {text!r}"
-        ) from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(
-            f"expected a number > 0, got {text}"
-        )
-    return value
+    return _number(text, float, "a number > 0", lambda v: v > 0, echo=True)
 
 
 def nonnegative_float(text: str) -> float:
     """An argparse type: a number >= 0."""
+    return _number(text, float, "a number >= 0", lambda v: v >= 0, echo=True)
+
+
+def _number(text, parse, expected, ok, echo=False):
+    """Parse ``text``; refuse it as ``expected`` when it does not parse or ``ok`` says no.
+
+    The refusal shows the value read, or the text as typed when ``echo`` (floats: ``nan``).
+    """
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a number >= 0, got {text!r}"
+            f"expected {expected}, got {text!r}"
         ) from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(
-            f"expected a number >= 0, got {text}"
-        )
+    if not ok(value):
+        shown = text if echo else value
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {shown}")
     return value

@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,7 +37,7 @@ import torch
 
 from .batches import EpochBatches, eval_batches
 from .checkpoints import read_checkpoint
-from .checks import WrittenFile, resolve_device, sha256_file
+from .checks import Record, WrittenFile, resolve_device, sha256_file
 from .data import Tokenizer, encode_pairs, load_multi30k, train_tokenizer
 from .loss import LabelSmoothingLoss
 from .model import count_parameters
@@ -138,7 +138,7 @@ def prepare_data(
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Record):
     """What ``train`` returns and writes to ``summary.json``.
 
     ``summary["steps"]`` works as well as ``summary.steps`` (code written when this was a dict).
@@ -167,14 +167,6 @@ class RunSummary:
     val_ppl: float | None
     peak_memory_mib: float | None = None
     interrupted: bool = False
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in {f.name for f in fields(self)}:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunSummary:

@@ -16,7 +16,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +25,7 @@ import torch
 from .batches import eval_batches
 from .bleu import corpus_bleu
 from .checkpoints import read_checkpoint
-from .checks import check_int, resolve_device
+from .checks import Record, check_int, resolve_device
 from .data import BOS, EOS, Tokenizer, encode_pairs, load_multi30k
 from .decoding import decode_sorted
 from .layers import set_fast
@@ -211,7 +211,7 @@ def translate(
 
 
 @dataclass(frozen=True)
-class EvalResult:
+class EvalResult(Record):
     """One scored decoding setting of a run (an entry of ``results.json``).
 
     ``result["bleu"]`` works as well as ``result.bleu`` (code written when this was a dict).
@@ -235,14 +235,6 @@ class EvalResult:
     device_name: str
     torch: str
     hypotheses_file: str
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in {f.name for f in fields(self)}:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def setting_name(
