@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from aiayn import evaluate as eval_cli
 from aiayn import train as train_cli
 from aiayn.data import SHA256
 from aiayn.presets import PRESETS
@@ -125,7 +126,8 @@ def test_no_resume_checks_the_device_and_the_data_before_touching_a_run(tiny_run
     config.write_text(json.dumps(TINY.to_dict()))
     base = ["--config", str(config), "--out", str(run), "--no-progress", "--no-resume"]
     code, err = run_cli([*base, "--device", "cpu"], capsys)  # no --overwrite
-    assert code == 2 and "holds a trained run; --no-resume would replace it. Add --overwrite" in err
+    assert code == 2 and "holds a trained run (checkpoint.pt, epoch-001.pt" in err
+    assert "; --no-resume would replace it. Add --overwrite" in err
     code, err = run_cli([*base, "--overwrite", "--device", "cuda:7"], capsys)
     assert code == 2 and err.startswith("error: device 'cuda:7' cannot be used here") and "--device" in err
     empty = tmp_path / "no-data"
@@ -133,6 +135,57 @@ def test_no_resume_checks_the_device_and_the_data_before_touching_a_run(tiny_run
     code, err = run_cli([*base, "--overwrite", "--device", "cpu", "--data", str(empty)], capsys)
     assert code == 2 and "Multi30k files are missing" in err and err.count("\n") == 1
     assert snapshot(run) == before
+
+
+@pytest.fixture
+def evaluated_run(tiny_run, tmp_path, root):
+    """A copy of the tiny run, evaluated (results.json and test2016.hyp.en), and its config file."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    evaluate(run, device="cpu", root=root)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.to_dict()))
+    return run, config
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-resume"]], ids=["plain", "no-resume"])
+def test_a_trained_run_whose_checkpoint_was_moved_away_is_never_replaced(evaluated_run, root, extra, capsys):
+    run, config = evaluated_run
+    (run / "checkpoint.pt").rename(run / "checkpoint.pt.damaged")  # as a user sets a bad file aside
+    before = snapshot(run)
+    argv = ["--config", str(config), "--out", str(run), "--device", "cpu", "--data", str(root),
+            "--no-progress", "--max-steps", "10", *extra]  # fmt: skip
+    code, err = run_cli(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
+    if extra:
+        assert "holds a trained run (" in err and "Add --overwrite to replace it" in err
+    else:
+        assert f"{run / 'checkpoint.pt'} is missing, and manifest.json lists it" in err
+        assert "put it back to resume the run" in err
+    assert snapshot(run) == before  # results.json, test2016.hyp.en, config and metrics all kept
+
+
+def test_a_missing_epoch_file_of_a_trained_run_is_refused_by_name(evaluated_run, root):
+    run, _ = evaluated_run
+    (run / "epoch-001.pt").unlink()
+    before = snapshot(run)
+    with pytest.raises(RunFolderError, match=r"epoch-001.pt is missing, and manifest.json lists it"):
+        train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+    assert snapshot(run) == before
+
+
+def test_a_folder_of_results_is_not_a_run_to_train_into(tiny_run, tmp_path, root):
+    scores = tmp_path / "scores"
+    evaluate(tiny_run, device="cpu", root=root, out_dir=scores)
+    before = snapshot(scores)
+    with pytest.raises(RunFolderError, match=r"holds the files of an earlier command \(results.json, "):
+        train(TINY, scores, root=root, device="cpu", progress=False)
+    assert snapshot(scores) == before
+
+
+def test_a_finished_run_that_was_moved_reports_where_it_is_now(tiny_run, tmp_path, root):
+    moved = copy_run(tiny_run, tmp_path / "moved")
+    summary = train(TINY, moved, root=root, device="cpu", progress=False)
+    assert summary.steps_this_run == 0 and summary.out_dir == str(moved)
 
 
 def test_overwrite_replaces_only_the_runs_own_files(tiny_run, tmp_path, root):
@@ -235,18 +288,67 @@ def test_stale_temporary_files_of_a_killed_save_are_removed(tiny_run, tmp_path, 
 # --- The published run: an older folder, read-only ----------------------------------------------------
 
 
-def test_the_published_run_loads_and_evaluates_without_writing_to_it(tmp_path, root):
-    before = {p.name: p.stat().st_mtime_ns for p in PUBLISHED.iterdir()}
-    cfg, tokenizer, model, sources = load_run(PUBLISHED, "cpu")
+def bytes_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def published_copy(tmp_path_factory) -> Path:
+    """A writable copy of the published model: read-only by what it is, not by how it is mounted."""
+    if not PUBLISHED.is_dir():
+        pytest.fail(f"the published model is missing from {PUBLISHED}")
+    copy = copy_run(PUBLISHED, tmp_path_factory.mktemp("published") / "multi30k-h100")
+    for p in [copy, *copy.iterdir()]:
+        p.chmod(p.stat().st_mode | 0o200)
+    return copy
+
+
+def test_the_published_model_is_read_only_by_what_it_is(published_copy, tmp_path, root, capsys):
+    before = bytes_of(published_copy)
+    assert os.access(published_copy, os.W_OK)
+    cfg, tokenizer, model, sources = load_run(published_copy, "cpu")
     assert (cfg.model.N, tokenizer.vocab_size, sources[0], sources[-1]) == (3, 8000, "epoch-036.pt", "epoch-040.pt")
     assert next(model.parameters()).dtype == torch.float32 and not model.training
-    with pytest.raises(RunFolderError, match=r"is not writable, so results.json cannot be saved there: pass --out"):
-        evaluate(PUBLISHED, beam=1, limit=2, device="cpu", root=root)
-    result = evaluate(PUBLISHED, beam=1, limit=2, device="cpu", root=root, out_dir=tmp_path / "scores")
+    with pytest.raises(RunFolderError, match=r"was not written by python -m aiayn.train .*pass --out DIR"):
+        evaluate(published_copy, beam=1, limit=2, device="cpu", root=root)
+    code, err = run_eval_cli([str(published_copy), "--beam", "1", "--limit", "2", "--device", "cpu"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert f"its results would go to {published_copy / 'results.json'}: pass --out DIR" in err
+    result = evaluate(published_copy, beam=1, limit=2, device="cpu", root=root, out_dir=tmp_path / "scores")
     assert result.sentences == 2 and result.setting == "test2016.beam1.n2"
     saved = json.loads((tmp_path / "scores" / "results.json").read_text())
     assert saved["test2016.beam1.n2"]["bleu"] == result.bleu
-    assert {p.name: p.stat().st_mtime_ns for p in PUBLISHED.iterdir()} == before
+    assert bytes_of(published_copy) == before  # every file, byte for byte, and no new one
+
+
+def run_eval_cli(argv, capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        eval_cli.main(argv)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_evaluate_refuses_a_held_lock_and_damaged_results_before_decoding(evaluated_run, root, monkeypatch):
+    import aiayn.translation as translation
+
+    run, _ = evaluated_run
+    with monkeypatch.context() as mp:
+        mp.setattr(translation, "load_run", lambda *a, **k: pytest.fail("evaluate decoded before refusing"))
+        with RunFolder(run).locked(), pytest.raises(RunFolderError, match=r"another command is writing into"):
+            evaluate(run, beam=1, device="cpu", root=root)
+        (run / "results.json").write_text("{ cut off")
+        before = snapshot(run)
+        with pytest.raises(RunFolderError, match=r"results.json does not match manifest.json .*; remove that file"):
+            evaluate(run, beam=1, device="cpu", root=root)
+        assert snapshot(run) == before
+    (run / "results.json").unlink()  # as the message says: the next evaluation writes it again
+    assert evaluate(run, beam=1, device="cpu", root=root).setting == "test2016.beam1"
+
+
+def test_evaluate_of_a_file_names_it_as_the_run_folder(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("not a run\n")
+    code, err = run_eval_cli([str(afile), "--device", "cpu"], capsys)
+    assert code == 2 and f"error: the run folder {afile} is a file" in err and "--out" not in err
 
 
 # --- Ctrl-C and kill -9 of a real training process, then an exact resume --------------------------------
@@ -290,7 +392,7 @@ def straight(tmp_path_factory, root, cache):
     return config, env, outcome(folder / "run")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_interrupted_training_resumes_exactly(straight, tmp_path, root, sig, capsys):
     config, env, (steps, evals, weights) = straight
     out = tmp_path / "run"
@@ -302,9 +404,11 @@ def test_interrupted_training_resumes_exactly(straight, tmp_path, root, sig, cap
         assert code == 2 and "another command is writing into" in err
     process.send_signal(sig)
     _, err = process.communicate(timeout=120)
-    if sig == signal.SIGINT:
-        assert process.returncode == 130, err
-        assert "interrupted at step" in err and "Run the same command again to resume" in err
+    if sig != signal.SIGKILL:  # Ctrl-C, pre-emption, a closed terminal: saved, one line, the command
+        assert process.returncode == 128 + sig, err
+        how = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        assert err.count("\n") == 1 and f"interrupted ({how}) at step" in err, err
+        assert f"Run the same command again to resume: python -m aiayn.train --config {config}" in err
         assert "Traceback" not in err
     else:
         assert process.returncode == -signal.SIGKILL

@@ -1,11 +1,13 @@
 """Translate a test split with a trained run and score it, with our BLEU and with sacreBLEU.
 
     python -m aiayn.evaluate runs/base --split test2016 --beam 4 --length-penalty 0.6
-    python -m aiayn.evaluate ../shared/runs/multi30k-h100 --limit 100 --out scores/h100   # a read-only run
+    python -m aiayn.evaluate ../shared/runs/multi30k-h100 --limit 100 --out scores/h100   # the published model
 
 Each decoding setting keeps its own entry in ``results.json`` and its own translations file:
 ``test2016.hyp.en`` for the run's own setting, ``test2016.beam1.hyp.en`` for greedy decoding, and so on
 (``aiayn.translation.setting_name``). ``--out`` writes them elsewhere (the run folder is only read).
+A folder that ``python -m aiayn.train`` did not write (the published model, a release) is never
+written into: it needs ``--out``. A held lock or a damaged ``results.json`` is reported before decoding.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from .model import count_parameters
 from .presets import PRESETS, TrainConfig, build_model, get_preset
 from .runs import (
     CHECKPOINT,
+    MANIFEST,
     METRICS,
     SUMMARY,
     TOKENIZER,
@@ -52,6 +53,7 @@ from .runs import (
     RunFolderError,
     check_resumable,
     epoch_file,
+    shown,
 )
 from .schedule import make_optimizer, noam_scheduler
 from .training import FitState, amp_dtype_for, fit
@@ -175,11 +177,17 @@ class RunSummary(Record):
 
 
 class TrainingInterrupted(Exception):
-    """Ctrl-C stopped a run; a checkpoint was saved. The message says how to resume."""
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped a run; a checkpoint was saved. The message says how to resume."""
 
-    def __init__(self, message: str, summary: RunSummary):
+    def __init__(
+        self,
+        message: str,
+        summary: RunSummary,
+        signal_name: str | None = "SIGINT",
+    ):
         super().__init__(message)
         self.summary = summary
+        self.signal_name = signal_name
 
 
 def _device_name(device: torch.device) -> str:
@@ -202,25 +210,41 @@ def _cpu_threads(n: int | None, device: torch.device) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+class _Stop(threading.Event):
+    """Set by the first stopping signal; ``signal_name`` says which (``SIGINT`` for Ctrl-C)."""
+
+    signal_name: str | None = None
+
+
+# Ctrl-C, and what pre-emption sends (docker stop, Slurm, Kubernetes, a VM's shutdown, torchrun
+# stopping the other ranks), and a closed terminal: each saves a checkpoint, then the run exits.
+_STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
+
+
 @contextlib.contextmanager
-def _stop_on_ctrl_c() -> Iterator[threading.Event]:
-    """An event set by the first Ctrl-C (a second one interrupts at once); the old handler after."""
-    stop = threading.Event()
+def _stop_on_signals() -> Iterator[_Stop]:
+    """An event set by the first Ctrl-C, SIGTERM or SIGHUP (a second one acts at once); the old handlers after."""
+    stop = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def handler(signum, frame):
+        stop.signal_name = signal.Signals(signum).name
         stop.set()
-        signal.signal(
-            signal.SIGINT, previous
-        )  # a second Ctrl-C acts at once
+        for sig in _STOP_SIGNALS:  # a second signal acts at once
+            signal.signal(sig, previous[sig])
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 # --- What to do with the folder -------------------------------------------------------------------
@@ -253,40 +277,55 @@ def _plan(
         return _Plan("fresh")
     if not folder.has_manifest() and not folder.is_legacy():
         names = sorted(p.name for p in path.iterdir())
-        shown = ", ".join(names[:5]) + (
-            f" and {len(names) - 5} more" if len(names) > 5 else ""
-        )
         raise RunFolderError(
-            f"--out {path} is not empty ({shown}) and is not a run "
+            f"--out {path} is not empty ({shown(names)}) and is not a run "
             "folder (it has no manifest.json): training writes only "
             "into a new or empty folder or its own run folder. "
             "Choose another --out"
         )
     has_checkpoint = (path / CHECKPOINT).is_file()
-    if not resume:
-        if has_checkpoint and not overwrite:
-            raise RunFolderError(
-                f"--out {path} holds a trained run; "
-                "--no-resume would replace it. "
-                "Add --overwrite to replace it, or choose another --out"
-            )
-        if folder.is_legacy():
+    if folder.is_legacy():
+        if not resume:
             raise RunFolderError(
                 f"--out {path} is a run folder of an older version "
                 "(no manifest.json), whose files cannot be told from "
                 "others: it is never replaced. Choose another --out"
             )
-        return _Plan("fresh")
-    if not has_checkpoint:
-        if folder.is_legacy():
+        if not has_checkpoint:
             raise RunFolderError(
                 f"--out {path} holds a config.json but no checkpoint.pt "
                 "to resume from. "
                 "Choose another --out"
             )
-        return _Plan(
-            "fresh"
-        )  # a run of ours stopped before its first checkpoint
+    else:
+        # Without --overwrite, no file a previous command produced is deleted or replaced.
+        trained, missing = folder.trained_files(), folder.missing_files()
+        if trained and not overwrite:
+            if not resume:
+                raise RunFolderError(
+                    f"--out {path} holds a trained run ({shown(trained)}); "
+                    "--no-resume would replace it. Add --overwrite to "
+                    "replace it, or choose another --out"
+                )
+            if missing:
+                also = (
+                    f" (so are {shown(missing[1:])})" if missing[1:] else ""
+                )
+                raise RunFolderError(
+                    f"{path / missing[0]} is missing, and {MANIFEST} lists it "
+                    f"as a file of this trained run{also}: put it back to "
+                    "resume the run, or replace the run with --no-resume "
+                    "--overwrite, or choose another --out"
+                )
+            if not has_checkpoint:
+                raise RunFolderError(
+                    f"--out {path} holds the files of an earlier command "
+                    f"({shown(trained)}) but no checkpoint.pt to resume "
+                    "from; choose another --out"
+                )
+        if not resume or not has_checkpoint:
+            # a new run, or one of ours stopped before its first checkpoint
+            return _Plan("fresh")
 
     old = folder.read_config()
     data = folder.read_verified(CHECKPOINT)
@@ -482,7 +521,7 @@ def train(
         A ``RunSummary`` (also written to ``summary.json``).
 
     Raises:
-        TrainingInterrupted: Ctrl-C stopped the run after saving a checkpoint.
+        TrainingInterrupted: Ctrl-C, SIGTERM or SIGHUP stopped the run after saving a checkpoint.
     """
     start_time = time.perf_counter()
     cfg = get_preset(cfg) if isinstance(cfg, str) else cfg
@@ -495,9 +534,12 @@ def train(
         with contextlib.suppress(
             RunFolderError, TypeError
         ):  # no summary yet: finish the run below
-            summary = RunSummary.from_dict(
-                {**folder.read_json(SUMMARY), "steps_this_run": 0}
-            )
+            # out_dir: where the folder is now, if it was moved
+            summary = RunSummary.from_dict({
+                **folder.read_json(SUMMARY),
+                "steps_this_run": 0,
+                "out_dir": str(folder.path),
+            })  # fmt: skip
             say(
                 f"{folder.path} has finished: step "
                 f"{plan.position['step']}, nothing to train"
@@ -595,7 +637,7 @@ def _run(
 
     with (
         open(folder.file(METRICS), "a") as log_file,
-        _stop_on_ctrl_c() as stop,
+        _stop_on_signals() as stop,
     ):
         run_log = _RunLog(folder, cfg, first_step, log_file)
         history = fit(
@@ -661,10 +703,12 @@ def _run(
     )
     folder.write_json(SUMMARY, summary.to_dict())
     if interrupted:
+        how = "Ctrl-C" if stop.signal_name == "SIGINT" else stop.signal_name
         raise TrainingInterrupted(
-            f"interrupted at step {summary.steps}; the checkpoint is "
-            f"saved in {folder.path / CHECKPOINT}. "
+            f"interrupted ({how}) at step {summary.steps}; the checkpoint "
+            f"is saved in {folder.path / CHECKPOINT}. "
             "Run the same command again to resume",
             summary,
+            stop.signal_name,
         )
     return summary

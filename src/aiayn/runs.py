@@ -62,6 +62,7 @@ __all__ = [
     "ResumeError",
     "RunFolder",
     "config_hash",
+    "shown",
 ]
 
 MANIFEST = "manifest.json"
@@ -240,6 +241,30 @@ class RunFolder:
             )
         return cfg
 
+    def trained_files(self) -> list[str]:
+        """Files listed in the manifest that a previous command produced and only it can remake.
+
+        Everything but ``config.json``, ``tokenizer.model`` and an empty ``metrics.jsonl`` (what a
+        run holds before its first checkpoint): a checkpoint, epoch weights, logged metrics, a
+        summary, results, translations. A folder with any of them is a trained run, which no
+        command replaces without ``--overwrite``.
+        """
+        files = self.manifest()["files"]
+        return sorted(
+            name
+            for name, entry in files.items()
+            if name not in (CONFIG, TOKENIZER)
+            and not (name == METRICS and entry.get("size") == 0)
+        )
+
+    def missing_files(self) -> list[str]:
+        """Files the manifest lists that are not in the folder."""
+        return sorted(
+            name
+            for name in self.manifest()["files"]
+            if not self.file(name).is_file()
+        )
+
     def epoch_files(self) -> list[Path]:
         """The epoch weights present, oldest first."""
         return sorted(self.path.glob("epoch-*.pt"))
@@ -408,6 +433,14 @@ class RunFolder:
 
     def run_id(self) -> str | None:
         return self.manifest().get("run_id")
+
+
+def shown(names: list[str], most: int = 5) -> str:
+    """``a, b, c and 4 more``: a list of file names for a one-line message."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (
+        f" and {more} more" if more > 0 else ""
+    )
 
 
 def changed_fields(old: TrainConfig, new: TrainConfig) -> list[str]:

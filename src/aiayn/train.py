@@ -7,7 +7,9 @@
 
 ``--out`` must be a new or empty folder, or a run folder this command wrote (``aiayn.runs``): it
 gets ``manifest.json``, ``config.json``, ``metrics.jsonl``, ``checkpoint.pt``, the last epochs'
-weights and ``tokenizer.model``. Ctrl-C saves a checkpoint and exits; the same command resumes.
+weights and ``tokenizer.model``. Ctrl-C, SIGTERM (pre-emption: docker stop, Slurm, Kubernetes) and
+SIGHUP save a checkpoint and exit, printing the same command, which resumes. Without ``--overwrite``
+no file of a trained run is deleted or replaced.
 Score the run with ``python -m aiayn.evaluate runs/base``.
 
 On Colab, put ``--out`` on Google Drive, which outlives the session::
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -163,11 +167,30 @@ def _train(args: argparse.Namespace) -> RunSummary:
     return summary
 
 
+def _stopped(argv: list[str]):
+    """``_train``, reporting a stop by a signal in one line with the command that resumes it."""
+
+    def body(args: argparse.Namespace) -> RunSummary:
+        try:
+            return _train(args)
+        except TrainingInterrupted as err:
+            command = shlex.join(["python", "-m", "aiayn.train", *argv])
+            print(f"{err}: {command}", file=sys.stderr)
+            # exit status 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
+            signum = getattr(signal, err.signal_name or "SIGINT")
+            raise SystemExit(128 + signum) from None
+
+    return body
+
+
 def main(argv: Sequence[str] | None = None) -> RunSummary:
-    """Parse ``argv`` (default ``sys.argv[1:]``), train, print a summary and return it."""
-    return cli.run(
-        _parser(), argv, _train, interrupted=(TrainingInterrupted,)
-    )
+    """Parse ``argv`` (default ``sys.argv[1:]``), train, print a summary and return it.
+
+    Ctrl-C, SIGTERM and SIGHUP save a checkpoint and exit with 128 + the signal's number, after
+    one line that gives the command which resumes the run.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return cli.run(_parser(), argv, _stopped(argv))
 
 
 if __name__ == "__main__":

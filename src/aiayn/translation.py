@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,17 +27,26 @@ from .batches import eval_batches
 from .bleu import corpus_bleu
 from .checkpoints import read_checkpoint
 from .checks import Record, check_int, resolve_device
-from .data import BOS, EOS, Tokenizer, encode_pairs, load_multi30k
+from .data import BOS, EOS, UNK, Tokenizer, encode_pairs, load_multi30k
 from .decoding import decode_sorted
 from .layers import set_fast
 from .model import Transformer
 from .presets import TrainConfig, build_model
-from .runs import CHECKPOINT, RESULTS, TOKENIZER, RunFolder, RunFolderError
+from .runs import (
+    CHECKPOINT,
+    MANIFEST,
+    RESULTS,
+    TOKENIZER,
+    RunFolder,
+    RunFolderError,
+    shown,
+)
 from .training import amp_dtype_for, mean_loss
 
 __all__ = [
     "average_checkpoints",
     "load_run",
+    "source_ids",
     "translate",
     "EvalResult",
     "setting_name",
@@ -140,6 +150,50 @@ def load_run(
     return cfg, tokenizer, model.to(device).eval(), sources
 
 
+def source_ids(
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    max_len: int,
+    cut_long: bool = False,
+) -> list[list[int] | None]:
+    """Each sentence's ids ending in ``<eos>``, or ``None`` where there is nothing to translate.
+
+    A blank sentence, or one with no piece the model knows (only ``<unk>`` and word boundaries,
+    e.g. emoji), gives ``None``: its translation is ``""``, not one the model would invent. A
+    sentence longer than the model's ``max_len`` positions (``<eos>`` included) is refused with
+    its length, or, with ``cut_long``, cut there with a warning that says how much was dropped.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("sentences: expected a list of str, got one str")
+    kinds = sorted(
+        {type(s).__name__ for s in sentences if not isinstance(s, str)}
+    )
+    if kinds:
+        raise TypeError(
+            f"sentences: expected a list of str, got {', '.join(kinds)} items"
+        )
+    boundary = tokenizer.piece_to_id("\u2581")  # "▁", a word boundary alone
+    ids: list[list[int] | None] = []
+    for i, pieces in enumerate(tokenizer.encode_batch(list(sentences))):
+        if all(p in (UNK, boundary) for p in pieces):
+            ids.append(None)
+            continue
+        if len(pieces) + 1 > max_len:
+            dropped = len(pieces) + 1 - max_len
+            where = f"sentence {i} has {len(pieces)} pieces + <eos>, the model reads at most {max_len}"
+            if not cut_long:
+                raise ValueError(
+                    f"{where}: shorten it, or pass cut_long=True to cut it there"
+                )
+            warnings.warn(
+                f"{where}: its last {dropped} pieces are cut off and not translated",
+                stacklevel=3,
+            )
+            pieces = pieces[: max_len - 1]
+        ids.append(pieces + [EOS])
+    return ids
+
+
 def translate(
     model: Transformer,
     tokenizer: Tokenizer,
@@ -151,6 +205,7 @@ def translate(
     max_len_b: int = 50,
     amp_dtype: torch.dtype | None = None,
     fast: bool | None = None,
+    cut_long: bool = False,
 ) -> list[str]:
     """Translate ``sentences`` and return detokenized strings, in input order.
 
@@ -161,8 +216,9 @@ def translate(
     ``max_len_a · S + max_len_b`` tokens for a source of S ids (``<eos>`` included, capped at the
     model's ``max_len``), and padded keys get a weight of exactly zero, so a sentence's
     translation does not depend on which others are translated with it (only float rounding can
-    differ; the tests compare the lines with the uncached, unpadded decoding). Sources longer than
-    ``max_len`` are cut there.
+    differ; the tests compare the lines with the uncached, unpadded decoding). A blank sentence,
+    or one with no piece the model knows, translates to ``""``; a source longer than ``max_len``
+    is refused (``source_ids``).
 
     Args:
         model: a trained ``Transformer`` (its device is used).
@@ -171,18 +227,16 @@ def translate(
         beam: beam size K (1: greedy).
         length_penalty: α of the GNMT length penalty.
         batch_size: most sentences per batch (each becomes K rows in beam search).
-        max_len_a, max_len_b: the output length limit.
+        max_len_a, max_len_b: the output length limit (a >= 0, b >= 1).
         amp_dtype: run under ``torch.autocast`` with this dtype (``torch.bfloat16`` on CUDA is faster).
         fast: decode with every fast path on (``layers.set_fast``: fused attention, packed q/k/v,
             ``F.layer_norm``), restored afterwards; ``None``: when the model's config has
             ``fused_attention`` on, as the trained runs do.
+        cut_long: cut a source longer than ``max_len`` there, with a warning, instead of refusing it.
     """
-    if isinstance(sentences, str):
-        raise TypeError("sentences: expected a list of str, got one str")
-    if not all(isinstance(s, str) for s in sentences):
-        raise TypeError("sentences: expected a list of str")
     check_int("beam", beam, minimum=1)
     check_int("batch_size", batch_size, minimum=1)
+    _check_limits(max_len_a, max_len_b)
     V = model.config.tgt_vocab_size
     if tokenizer.vocab_size != V or not EOS < V:
         raise ValueError(
@@ -190,24 +244,38 @@ def translate(
             f"but the model's vocabulary has {V}: use the tokenizer the "
             "model was trained with"
         )
-    if not sentences:
-        return []
-    device = next(model.parameters()).device
-    max_len = model.config.max_len
-    pieces = tokenizer.encode_batch(list(sentences))
-    ids = [s[: max_len - 1] + [EOS] for s in pieces]  # each ends in <eos>
+    ids = source_ids(tokenizer, sentences, model.config.max_len, cut_long)
+    todo = [i for i, s in enumerate(ids) if s is not None]
+    if not todo:
+        return ["" for _ in ids]
     fast = model.config.fused_attention if fast is None else fast
     switch = set_fast(model) if fast else contextlib.nullcontext()
+    device = next(model.parameters()).device
     dtype = amp_dtype or torch.bfloat16
     autocast = torch.autocast(
         device.type, dtype=dtype, enabled=amp_dtype is not None
     )
     with switch, autocast:
         outputs = decode_sorted(
-            model, ids, BOS, EOS, beam, length_penalty, batch_size,
-            max_len_a, max_len_b, use_cache=True,
+            model, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
+            batch_size, max_len_a, max_len_b, use_cache=True,
         )  # fmt: skip
-    return tokenizer.decode_batch(outputs)
+    lines = [""] * len(ids)
+    for i, line in zip(todo, tokenizer.decode_batch(outputs), strict=True):
+        lines[i] = line
+    return lines
+
+
+def _check_limits(max_len_a: float, max_len_b: int) -> None:
+    """The output limit ``a · S + b`` must give every sentence at least one token."""
+    a_ok = isinstance(max_len_a, (int, float)) and not isinstance(
+        max_len_a, bool
+    )
+    if not (a_ok and math.isfinite(max_len_a) and max_len_a >= 0):
+        raise ValueError(
+            f"max_len_a: expected a finite number >= 0, got {max_len_a!r}"
+        )
+    check_int("max_len_b", max_len_b, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -304,8 +372,9 @@ def evaluate(
     ``<setting>.hyp.en``, one per source line; other settings' entries and files stay.
 
     Args:
-        run_dir: a folder written by ``train`` (read only: nothing there is written unless it is
-            also ``out_dir``).
+        run_dir: a folder written by ``train``, or any folder with a run's ``config.json``,
+            ``tokenizer.model`` and weights (a published model, a release): without ``out_dir``
+            the results go into ``run_dir``, which must then be a folder ``train`` wrote.
         split: ``"test2016"``, ``"val"`` or ``"train"``.
         beam, length_penalty: default: the run's config.
         limit: score the first ``limit`` sentences (at least 1); ``"config"``: the config's
@@ -315,8 +384,8 @@ def evaluate(
         root: the Multi30k folder.
         average: average the last epochs' weights as the config says (``False``: the final weights).
         log: called with a progress line or two (e.g. ``print``).
-        out_dir: where ``results.json`` and the translations go (default ``run_dir``; use another
-            folder for a run folder you cannot write to).
+        out_dir: where ``results.json`` and the translations go (default ``run_dir``; another
+            folder for a published model, a release, or a folder you cannot write to).
 
     Returns:
         The ``EvalResult``.
@@ -334,6 +403,7 @@ def evaluate(
     check_int("batch_size", batch_size, minimum=1)
     out = RunFolder(run_dir if out_dir is None else out_dir)
     _check_writable(out, out_dir is None)
+    _read_results(out)  # a damaged results.json is found before decoding
 
     cfg, tokenizer, model, sources = load_run(run_dir, device, average)
     device = next(model.parameters()).device
@@ -407,11 +477,28 @@ def evaluate(
 
 
 def _check_writable(out: RunFolder, is_run: bool) -> None:
-    """Fail before translating when the results cannot be written where they should go."""
+    """Fail before translating when the results cannot be written where they should go.
+
+    Without ``--out`` (``is_run``), only a run folder that ``python -m aiayn.train`` wrote (it has
+    our ``manifest.json``) is written into: a published model, a release or a copied folder is
+    read-only by what it is, whatever its permissions.
+    """
     path = out.path
     if path.exists() and not path.is_dir():
+        what = "the run folder" if is_run else "--out"
         raise RunFolderError(
-            f"--out {path} is a file; give a folder for the results"
+            f"{what} {path} is a file; give "
+            + (
+                "a run folder written by python -m aiayn.train"
+                if is_run
+                else "a folder for the results"
+            )
+        )
+    if is_run and path.is_dir() and not out.has_manifest():
+        raise RunFolderError(
+            f"{path} was not written by python -m aiayn.train (no manifest.json: a published model, "
+            f"a release, a copied folder), so evaluate writes nothing into it; its results would go "
+            f"to {path / RESULTS}: pass --out DIR to write them elsewhere"
         )
     probe = (
         path
@@ -437,26 +524,48 @@ def _check_writable(out: RunFolder, is_run: bool) -> None:
     ):
         names = sorted(p.name for p in path.iterdir())
         raise RunFolderError(
-            f"--out {path} is not empty ({', '.join(names[:5])}) and is not a folder aiayn wrote "
+            f"--out {path} is not empty ({shown(names)}) and is not a folder aiayn wrote "
             "(no manifest.json); choose a new or empty folder"
         )
+    if (
+        out.has_manifest()
+    ):  # fail now, not after decoding, when another command writes there
+        with out.locked():
+            pass
+
+
+def _read_results(out: RunFolder) -> dict[str, Any]:
+    """The folder's ``results.json`` (``{}`` without one); a damaged one is refused with the fix."""
+    if not out.file(RESULTS).is_file():
+        return {}
+    fix = (
+        "remove that file (it holds only scores, which evaluate writes "
+        "again) and run evaluate again"
+    )
+    try:
+        results = json.loads(out.read_verified(RESULTS))
+    except RunFolderError:
+        raise RunFolderError(
+            f"{out.file(RESULTS)} does not match {MANIFEST} (damaged or "
+            f"replaced); {fix}"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunFolderError(
+            f"{out.file(RESULTS)} is damaged (not valid JSON: {err}); {fix}"
+        ) from None
+    if not isinstance(results, dict):
+        raise RunFolderError(
+            f"{out.file(RESULTS)} is not a JSON object of results; {fix}"
+        )
+    return results
 
 
 def _save(out: RunFolder, result: EvalResult, hypotheses: list[str]) -> None:
     """Add the result to ``results.json`` and write the translations, under the folder's lock."""
     with out.locked():
         if not out.has_manifest():
-            if out.is_legacy():
-                out.adopt()  # an older run folder gets its manifest when first written to
-            else:
-                out.start(None)
-        results = (
-            out.read_json(RESULTS) if out.file(RESULTS).is_file() else {}
-        )
-        if not isinstance(results, dict):
-            raise RunFolderError(
-                f"{out.file(RESULTS)} is not a JSON object of results; restore it"
-            )
+            out.start(None)  # a new folder of results (a run folder has one)
+        results = _read_results(out)
         out.write(
             result.hypotheses_file,
             "".join(h.replace("\n", " ") + "\n" for h in hypotheses),

@@ -500,12 +500,17 @@ class Translator(ipywidgets.VBox):
 
         Returns:
             ``(translation, src, out)``: the English string, the ``(1, S)`` source ids (``<eos>`` last) and
-            the ``(1, L)`` output ids (``<bos>`` first).
+            the ``(1, L)`` output ids (``<bos>`` first); ``("", None, None)`` for a sentence with
+            nothing the model knows (``translation.source_ids``).
+
+        Raises:
+            ValueError: the sentence is longer than the model's positions (its length and the limit).
         """
         import torch
 
         from .data import BOS, EOS
         from .decoding import beam_search, greedy_decode, sample
+        from .translation import source_ids
 
         beam = self.beam.value if beam is None else beam
         temperature = (
@@ -513,7 +518,9 @@ class Translator(ipywidgets.VBox):
         )
         device = next(self.model.parameters()).device
         max_len = self.model.config.max_len
-        ids = self.tokenizer.encode(text)[: max_len - 1] + [EOS]
+        ids = source_ids(self.tokenizer, [text], max_len)[0]
+        if ids is None:
+            return "", None, None
         src = torch.tensor([ids], dtype=torch.long, device=device)  # (1, S)
         limit = min(
             int(self.max_len_a * len(ids) + self.max_len_b) + 1, max_len
@@ -577,6 +584,12 @@ class Translator(ipywidgets.VBox):
         self.model.train(was_training)
         return maps, targets
 
+    def _clear(self, message: str) -> None:
+        """Show ``message`` instead of a translation, and no map."""
+        self.output.value = message
+        self.src_pieces, self.out_pieces, self.weights = [], [], None
+        self.image.value = b""
+
     def redraw(self) -> None:
         """Translate the text with the controls' settings and redraw the line and the map."""
         import html
@@ -588,7 +601,16 @@ class Translator(ipywidgets.VBox):
         if not text:
             self.output.value = "<i>type a German sentence</i>"
             return
-        self.translation, src, out = self.translate(text)
+        try:
+            self.translation, src, out = self.translate(text)
+        except ValueError as err:  # longer than the model's positions
+            self.translation = ""
+            return self._clear(f"<i>{html.escape(str(err))}</i>")
+        if src is None:  # blank, or no piece the model knows
+            return self._clear(
+                "<i>nothing to translate: the sentence holds no word "
+                "piece the model knows</i>"
+            )
         maps, targets = self.cross_attention(src, out)
         how = f"sampled at T = {self.temperature.value:.1f}" if self.temperature.value > 0 else (
             "greedy" if self.beam.value == 1 else f"beam search, K = {self.beam.value}")  # fmt: skip
