@@ -348,7 +348,33 @@ def test_evaluate_of_a_file_names_it_as_the_run_folder(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("not a run\n")
     code, err = run_eval_cli([str(afile), "--device", "cpu"], capsys)
-    assert code == 2 and f"error: the run folder {afile} is a file" in err and "--out" not in err
+    assert code == 2 and f"error: {afile} is not a folder: expected a run folder written by" in err
+    assert "--out" not in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, err = run_eval_cli([str(empty), "--device", "cpu"], capsys)
+    assert code == 2 and f"error: {empty} holds no run (no config.json)" in err
+
+
+def test_evaluate_never_mixes_the_results_of_two_runs(
+    tiny_run, evaluated_run, published_copy, tmp_path, root, capsys
+):
+    other, _ = evaluated_run  # another trained and evaluated run
+    before = snapshot(other)
+    with pytest.raises(RunFolderError, match=r"is another run's folder; its results.json would mix"):
+        evaluate(tiny_run, device="cpu", root=root, out_dir=other)
+    assert snapshot(other) == before
+    scores = tmp_path / "scores"
+    evaluate(other, beam=1, device="cpu", root=root, out_dir=scores)
+    evaluate(other, beam=2, device="cpu", root=root, out_dir=scores)  # the same run: kept side by side
+    kept = snapshot(scores)
+    with pytest.raises(RunFolderError, match=r"holds the results of another run"):
+        evaluate(published_copy, beam=1, limit=2, device="cpu", root=root, out_dir=scores)
+    assert snapshot(scores) == kept
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    code, err = run_eval_cli([str(other), "--out", str(afile / "x"), "--device", "cpu"], capsys)
+    assert code == 2 and f"error: --out {afile / 'x'}: {afile} is a file, not a folder" in err
 
 
 # --- Ctrl-C and kill -9 of a real training process, then an exact resume --------------------------------

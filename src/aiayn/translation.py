@@ -34,6 +34,7 @@ from .model import Transformer
 from .presets import TrainConfig, build_model
 from .runs import (
     CHECKPOINT,
+    CONFIG,
     MANIFEST,
     RESULTS,
     TOKENIZER,
@@ -401,8 +402,19 @@ def evaluate(
             f"length_penalty must be a number >= 0, got {length_penalty!r}"
         )
     check_int("batch_size", batch_size, minimum=1)
-    out = RunFolder(run_dir if out_dir is None else out_dir)
+    run = RunFolder(run_dir)
+    if not run.file(CONFIG).is_file():
+        what = (
+            "is not a folder"
+            if not run.path.is_dir()
+            else "holds no run (no config.json)"
+        )
+        raise RunFolderError(
+            f"{run.path} {what}: expected a run folder written by python -m aiayn.train"
+        )
+    out = run if out_dir is None else RunFolder(out_dir)
     _check_writable(out, out_dir is None)
+    _check_results_of(out, run)
     _read_results(out)  # a damaged results.json is found before decoding
 
     cfg, tokenizer, model, sources = load_run(run_dir, device, average)
@@ -472,7 +484,7 @@ def evaluate(
         torch=torch.__version__,
         hypotheses_file=f"{setting}.hyp.en",
     )
-    _save(out, result, hypotheses)
+    _save(out, run, result, hypotheses)
     return result
 
 
@@ -484,6 +496,13 @@ def _check_writable(out: RunFolder, is_run: bool) -> None:
     read-only by what it is, whatever its permissions.
     """
     path = out.path
+    blocking = next(
+        (p for p in path.parents if p.exists() and not p.is_dir()), None
+    )
+    if blocking is not None:
+        raise RunFolderError(
+            f"--out {path}: {blocking} is a file, not a folder"
+        )
     if path.exists() and not path.is_dir():
         what = "the run folder" if is_run else "--out"
         raise RunFolderError(
@@ -560,11 +579,38 @@ def _read_results(out: RunFolder) -> dict[str, Any]:
     return results
 
 
-def _save(out: RunFolder, result: EvalResult, hypotheses: list[str]) -> None:
+def _results_of(run: RunFolder) -> str:
+    """What a folder of results names as its run: the run's id, else its resolved path."""
+    return run.run_id() or str(run.path.resolve())
+
+
+def _check_results_of(out: RunFolder, run: RunFolder) -> None:
+    """Results of one run never go into another run's folder, or beside another run's results."""
+    if out is run or not out.has_manifest():
+        return
+    if out.listed(CONFIG) or out.file(CONFIG).is_file():
+        if out.path.resolve() != run.path.resolve():
+            raise RunFolderError(
+                f"--out {out.path} is another run's folder; its results.json would mix the "
+                f"scores of two runs. Choose a new or empty folder for the results of {run.path}"
+            )
+        return
+    source = out.manifest().get("results_of")
+    if source is not None and source != _results_of(run):
+        raise RunFolderError(
+            f"--out {out.path} holds the results of another run ({source}); choose a new or "
+            f"empty folder for the results of {run.path}"
+        )
+
+
+def _save(
+    out: RunFolder, run: RunFolder, result: EvalResult, hypotheses: list[str]
+) -> None:
     """Add the result to ``results.json`` and write the translations, under the folder's lock."""
     with out.locked():
         if not out.has_manifest():
             out.start(None)  # a new folder of results (a run folder has one)
+            out.manifest()["results_of"] = _results_of(run)
         results = _read_results(out)
         out.write(
             result.hypotheses_file,
