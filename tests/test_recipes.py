@@ -128,11 +128,12 @@ def test_evaluate_writes_one_line_per_sentence_of_the_whole_split(smoke_run, roo
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
     checkpoint["model"]["generator.bias"][EOS] = 1e4
     torch.save(checkpoint, out / "checkpoint.pt")
-    result = evaluate(out, beam=1, limit=None, average=False, root=root)
+    scores = tmp_path / "scores"  # a folder without a manifest is only read: the results go to --out
+    result = evaluate(out, beam=1, limit=None, average=False, root=root, out_dir=scores)
     assert result["sentences"] == 1000 and result["checkpoints"] == ["checkpoint.pt"]
     assert result.hypotheses_file == "test2016.beam1.nall.final.hyp.en"
-    assert (out / result.hypotheses_file).read_text() == "\n" * 1000
-    assert (out / "manifest.json").is_file()  # written to, the older folder got its manifest
+    assert (scores / result.hypotheses_file).read_text() == "\n" * 1000
+    assert not (out / "manifest.json").exists() and not (out / result.hypotheses_file).exists()
     assert result["bleu"] == 0.0
 
 
