@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
+import http.server
 import os
 import shutil
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 from aiayn import data as D
+from aiayn import published as P
 from aiayn.masks import shift_right
+
+REPO = Path(__file__).resolve().parents[1]
 
 SIZES = {"train": 29000, "val": 1014, "test2016": 1000}
 
@@ -208,6 +217,99 @@ def test_misaligned_files(tmp_path, monkeypatch):
         D.load_multi30k("val", tmp_path, download=False)
 
 
+def test_a_file_given_as_the_data_folder_is_named_as_such(tmp_path, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    monkeypatch.delenv("AIAYN_DATA", raising=False)
+    with pytest.raises(NotADirectoryError) as err:
+        D.load_multi30k("val", afile)
+    msg = str(err.value)
+    assert msg.startswith(f"the Multi30k folder {afile} is a file; expected the folder that holds the six")
+    assert msg.endswith("train.en.gz, val.de.gz, val.en.gz): give --data (root= in Python) that folder")
+    assert "root=" + str(afile) not in msg
+    monkeypatch.setenv("AIAYN_DATA", str(afile))
+    with pytest.raises(NotADirectoryError, match=r"folder \$AIAYN_DATA=.*: set \$AIAYN_DATA to that folder$"):
+        D.load_multi30k("val")
+
+
+def test_the_train_command_names_a_file_given_as_data(tmp_path):
+    afile, out = tmp_path / "afile", tmp_path / "out"
+    afile.write_text("not a folder\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("AIAYN_DATA", None)
+    argv = [sys.executable, "-m", "aiayn.train", "--preset", "multi30k-smoke", "--out", str(out),
+            "--data", str(afile), "--device", "cpu", "--no-progress"]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(
+        f"error: the Multi30k folder {afile} is a file; expected the folder"
+    ), done.stderr
+    assert done.stderr.endswith(": give --data (root= in Python) that folder\n")
+    assert not out.exists()
+
+
+class Trickle(http.server.BaseHTTPRequestHandler):
+    """Sends its headers, then one byte every half second, and never finishes."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        for _ in range(1000):
+            if self.server.stop.wait(0.5):
+                return
+            try:
+                self.wfile.write(b"x")
+                self.wfile.flush()
+            except OSError:  # the client hung up
+                return
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def trickle():
+    """The URL of a local server that trickles a byte every 0.5 s."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    server.stop = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_trickling_download_of_multi30k_stops_at_its_deadline(trickle, tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "BASE_URL", trickle)
+    start = time.monotonic()
+    with pytest.raises(D.DatasetUnavailable) as err:
+        D.load_multi30k("val", tmp_path, downloader=functools.partial(D._urlopen_bytes, deadline_s=2.0))
+    assert time.monotonic() - start < 3.0
+    assert f"downloading {trickle}val.de.gz took over 2 s and ran past its deadline" in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trickling_download_of_the_model_stops_at_its_deadline(trickle, tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "RELEASE_URL", trickle)
+    start = time.monotonic()
+    with pytest.raises(P.ModelUnavailable) as err:
+        P.fetch_published(tmp_path, deadline_s=2.0)
+    assert time.monotonic() - start < 3.0
+    assert f"downloading {trickle}config.json took over 2 s and ran past its deadline" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # no partial file, no temporary one
+
+
+def test_downloaded_files_get_the_mode_open_gives(root, tmp_path):
+    umask = os.umask(0o022)
+    os.umask(umask)
+    D.load_multi30k("val", tmp_path, downloader=_serve_from(root, []))
+    for name in ("val.de.gz", "val.en.gz"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask
+
+
 # --- tokenizer ---------------------------------------------------------------------------------
 
 
@@ -254,7 +356,10 @@ def test_tokenizer_cache_hit(train_pairs, tok, tok_dir, monkeypatch):
     again = D.train_tokenizer(train_pairs, cache_dir=tok_dir)
     assert time.perf_counter() - start < 1.0
     assert again.model_file == tok.model_file and tok.model_file.stat().st_mtime_ns == mtime
-    assert list(tok_dir.iterdir()) == [tok.model_file]
+    sums = tok.model_file.with_name(tok.model_file.name + ".sha256")
+    assert sorted(tok_dir.iterdir()) == [tok.model_file, sums]
+    digest = hashlib.sha256(tok.model_file.read_bytes()).hexdigest()
+    assert sums.read_text() == f"{digest}  {tok.model_file.name}\n"
 
 
 def test_tokenizer_deterministic_and_keyed(train_pairs, tok, tmp_path):
@@ -276,6 +381,67 @@ def test_tokenizer_bad_inputs(tok, train_pairs, tmp_path):
         D.train_tokenizer(train_pairs, cache_dir=tmp_path, model_type="wordpiece")
     with pytest.raises(ValueError, match="vocab_size must be an integer >= 8, got 0"):
         D.train_tokenizer(train_pairs, vocab_size=0, cache_dir=tmp_path)
+
+
+def test_a_lone_surrogate_is_refused_by_position(tok):
+    with pytest.raises(ValueError, match=r"^text: character 8 \('\\ud800'\) is not valid Unicode text"):
+        tok.encode("Ein Hund\ud800")
+    with pytest.raises(ValueError, match=r"^texts\[1\]: character 4 \('\\udcff'\) is not valid Unicode text"):
+        tok.encode_batch(["Ein Hund.", "Zwei\udcff Katzen."])
+    assert tok.encode_batch(["Ein Hund.", "Zwei Katzen."]) == [tok.encode("Ein Hund."), tok.encode("Zwei Katzen.")]
+
+
+@pytest.fixture
+def small_cache(train_pairs, tmp_path):
+    """A 300-piece tokenizer of 400 pairs, cached in a folder of its own."""
+    return D.train_tokenizer(train_pairs[:400], 300, cache_dir=tmp_path), train_pairs[:400], tmp_path
+
+
+def _cut_that_parses(data: bytes, start: int) -> int:
+    """The first length >= ``start`` at which ``data`` cut off still loads as a (smaller) model."""
+    import sentencepiece
+
+    for n in range(start, len(data)):
+        try:
+            sentencepiece.SentencePieceProcessor(model_proto=data[:n])
+        except RuntimeError:
+            continue
+        return n
+    raise AssertionError("no cut parses")
+
+
+@pytest.mark.parametrize("cut", ["500 bytes", "a cut that parses"])
+def test_a_cut_cached_tokenizer_is_learned_again(small_cache, cut):
+    first, pairs, cache = small_cache
+    good = first.model_file.read_bytes()
+    n = 500 if cut == "500 bytes" else _cut_that_parses(good, 500)
+    first.model_file.write_bytes(good[:n])
+    if cut != "500 bytes":
+        assert D.Tokenizer(first.model_file).vocab_size < 300  # the damage this guards against
+    with pytest.warns(UserWarning, match=rf"the cached tokenizer {first.model_file} has SHA-256 .*: learning it"):
+        again = D.train_tokenizer(pairs, 300, cache_dir=cache)
+    assert again.vocab_size == 300 and again.model_file.read_bytes() == good
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert D.train_tokenizer(pairs, 300, cache_dir=cache).vocab_size == 300  # cached again, quietly
+
+
+def test_a_tokenizer_cached_before_sums_is_kept_by_its_size_and_gets_its_sum(small_cache):
+    first, pairs, cache = small_cache
+    sums = first.model_file.with_name(first.model_file.name + ".sha256")
+    kept = sums.read_text()
+    sums.unlink()  # as an older version cached it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing is wrong with it
+        again = D.train_tokenizer(pairs, 300, cache_dir=cache)
+    assert again.vocab_size == 300 and sums.read_text() == kept
+
+
+def test_cached_tokenizer_files_get_the_mode_open_gives(small_cache):
+    first, _, cache = small_cache
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert sorted(p.stat().st_mode & 0o777 for p in cache.iterdir()) == [0o666 & ~umask] * 2
 
 
 # --- batching ----------------------------------------------------------------------------------

@@ -271,9 +271,55 @@ def test_a_release_from_the_run_folder(tmp_path, shared):
         assert words in card
 
 
+def test_a_release_of_a_flat_config_names_its_sizes(tmp_path, shared):
+    """The published run's config.json is flat (older code): the card reads it as well."""
+    assert "N" in json.loads((shared / "config.json").read_text())
+    P.prepare_release(shared, tmp_path)
+    card = (tmp_path / "MODEL_CARD.md").read_text()
+    assert "N = 3 layers per stack, d_model = 512, d_ff = 2048, h = 8, P_drop = 0.3" in card
+    assert "one joint BPE vocabulary of 8,000 pieces" in card
+    assert "Training: the 29,000 pairs" in card and "test: the 1,000 pairs" in card
+
+
 def test_a_release_needs_a_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint.pt"):
         P.prepare_release(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_is_not_a_model_folder(tmp_path, monkeypatch):
+    afile = tmp_path / "model.pt"
+    afile.write_bytes(b"weights?")
+    with pytest.raises(NotADirectoryError, match=rf"the model folder {afile} is a file, not a folder: give root="):
+        P.load_published(afile, downloader=offline)
+    monkeypatch.setenv("AIAYN_MODEL", str(afile))
+    with pytest.raises(NotADirectoryError, match=r"is a file, not a folder: give \$AIAYN_MODEL"):
+        P.load_published(downloader=offline)
+    assert afile.read_bytes() == b"weights?"
+
+
+def run_main(argv, capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        P.main(argv)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("day", ["2026-13-45", "2026-02-30", "20261123", "23.11.2026", ""])
+def test_the_results_date_is_a_day(tmp_path, day, capsys):
+    argv = ["results", str(tmp_path), "--out", str(tmp_path / "out"), "--commit", "abc",
+            "--command", "make", "--date", day]  # fmt: skip
+    code, err = run_main(argv, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: argument --date: expected a day as YYYY-MM-DD (e.g. 2026-11-23), got "), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_errors_are_one_line(tmp_path, capsys):
+    code, err = run_main(["release", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: the run {tmp_path / 'nowhere'} is not"), err
+    code, err = run_main(["publish"], capsys)
+    assert code == 2 and err.startswith("error: argument command: invalid choice: 'publish'"), err
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_books_results_are_what_write_results_makes_of_the_run(

@@ -21,14 +21,17 @@ import io
 import json
 import os
 import random
-import tempfile
+import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
+
+from .checks import atomic_write
 
 __all__ = [
     "PAD",
@@ -42,6 +45,7 @@ __all__ = [
     "DatasetUnavailable",
     "ChecksumError",
     "data_dir",
+    "urlopen_pieces",
     "load_multi30k",
     "DEFAULT_VOCAB_SIZE",
     "Tokenizer",
@@ -93,18 +97,17 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
     The cache directory honours ``$XDG_CACHE_HOME``.
     """
     if root is not None:
-        path, source = Path(root).expanduser(), "root"
+        path = Path(root).expanduser()
+        given, fix = f"{path}", "give --data (root= in Python) that folder"
     elif os.environ.get("AIAYN_DATA"):
-        path, source = (
-            Path(os.environ["AIAYN_DATA"]).expanduser(),
-            "AIAYN_DATA",
-        )
+        path = Path(os.environ["AIAYN_DATA"]).expanduser()
+        given, fix = f"$AIAYN_DATA={path}", "set $AIAYN_DATA to that folder"
     else:
         return _cache_home() / "aiayn" / "multi30k"
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(
-            f"{source}={path} is a file; expected the folder that holds the six Multi30k "
-            f"files ({', '.join(SHA256)}): point {source} at that folder"
+            f"the Multi30k folder {given} is a file; expected the folder that "
+            f"holds the six Multi30k files ({', '.join(SHA256)}): {fix}"
         )
     return path
 
@@ -127,25 +130,70 @@ def _sha256_file(path: Path) -> str:
 
 
 DOWNLOAD_DEADLINE_S = 300.0  # a whole file, not one read: a server trickling bytes is cut off too
+STALL_S = 60.0  # the longest wait for the connection, the headers or the next bytes
+
+
+def _socket_of(response) -> socket.socket | None:
+    """The socket under an ``http.client`` response (``None`` for anything else)."""
+    raw = getattr(getattr(response, "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def urlopen_pieces(
+    url: str, deadline: float, size: int = 1 << 16
+) -> Iterator[bytes]:
+    """The body at ``url`` in pieces of at most ``size`` bytes, all of it by ``deadline``.
+
+    ``deadline`` is a ``time.monotonic()`` time. ``response.read(n)`` would wait for all ``n``
+    bytes, so a server sending a byte a second would never be cut off: each read here takes what
+    has arrived (``read1``), under a socket timeout of the time left (at most ``STALL_S``).
+
+    Raises:
+        TimeoutError: the download ran past ``deadline`` (the message names ``url``).
+    """
+    budget, got = deadline - time.monotonic(), 0
+
+    def past() -> TimeoutError:
+        return TimeoutError(
+            f"downloading {url} took over {budget:.0f} s and ran past its "
+            f"deadline ({got:,} bytes so far)"
+        )
+
+    def time_left() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise past()
+        return min(STALL_S, left)
+
+    with urllib.request.urlopen(url, timeout=time_left()) as response:
+        sock = _socket_of(response)
+        read = getattr(response, "read1", response.read)
+        while True:
+            left = time_left()
+            if sock is not None:
+                sock.settimeout(left)
+            try:
+                piece = read(size)
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise past() from None
+                raise TimeoutError(
+                    f"downloading {url} stalled: no bytes for {left:.0f} s "
+                    f"({got:,} bytes so far)"
+                ) from None
+            if not piece:
+                return
+            got += len(piece)
+            yield piece
+            time_left()
 
 
 def _urlopen_bytes(
     url: str, deadline_s: float = DOWNLOAD_DEADLINE_S
 ) -> bytes:
     """The bytes at ``url``; ``TimeoutError`` when the whole download takes over ``deadline_s``."""
-    stop = time.monotonic() + deadline_s
-    chunks = []
-    with urllib.request.urlopen(
-        url, timeout=min(30.0, deadline_s)
-    ) as response:
-        while chunk := response.read(1 << 16):
-            chunks.append(chunk)
-            if time.monotonic() > stop:
-                raise TimeoutError(
-                    f"downloading {url} took over {deadline_s:.0f} s "
-                    f"({sum(map(len, chunks)):,} bytes so far)"
-                )
-    return b"".join(chunks)
+    return b"".join(urlopen_pieces(url, time.monotonic() + deadline_s))
 
 
 def _download(
@@ -160,18 +208,7 @@ def _download(
             f"downloaded {url} has SHA-256 {actual}, expected {SHA256[name]}; nothing was written to {directory}"
         )
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{name}.", suffix=".part", dir=directory
-    )
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(directory / name, data)
 
 
 def _unavailable_message(
@@ -293,6 +330,21 @@ def _spm():
     return sentencepiece
 
 
+def _check_text(name: str, text: str) -> None:
+    """Refuse a str that is not Unicode text (a lone surrogate), naming where it is."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name}: character {err.start} ({text[err.start]!r}) is not valid "
+            "Unicode text (a lone surrogate, as decoding bytes with "
+            "errors='surrogateescape' leaves); expected a str of text: decode "
+            "the source with errors='replace', or fix or drop the sentence"
+        ) from None
+
+
 class Tokenizer:
     """A sentencepiece subword model with fixed special ids: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3.
 
@@ -347,6 +399,7 @@ class Tokenizer:
             raise TypeError(
                 f"text: expected a str, got {type(text).__name__}"
             )
+        _check_text("text", text)
         return self.sp.encode(
             text, out_type=int, add_bos=add_bos, add_eos=add_eos
         )
@@ -362,8 +415,11 @@ class Tokenizer:
             isinstance(t, str) for t in texts
         ):
             raise TypeError("texts: expected a list of str")
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            _check_text(f"texts[{i}]", text)
         return self.sp.encode(
-            list(texts), out_type=int, add_bos=add_bos, add_eos=add_eos
+            texts, out_type=int, add_bos=add_bos, add_eos=add_eos
         )
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
@@ -442,7 +498,10 @@ def train_tokenizer(
       different vocabulary for each thread count (BPE does not, but the saved model records the count).
 
     The model is stored as ``<cache_dir>/spm-<model_type>-<vocab_size>-<hash>.model``, where the hash
-    covers the sentences, these settings and the sentencepiece version; a second call loads it.
+    covers the sentences, these settings and the sentencepiece version, with its own SHA-256 beside
+    it (``.model.sha256``); a second call loads it. A cached model whose SHA-256 or size differs
+    (cut off by a full disk, say: it may still parse, as a smaller model) is learned again, with a
+    warning; one cached before sums were kept is checked by its size and gets its sum.
 
     Args:
         pairs: ``(source, target)`` sentences, e.g. ``load_multi30k("train")``.
@@ -503,13 +562,15 @@ def train_tokenizer(
         directory
         / f"spm-{model_type}-{vocab_size}-{h.hexdigest()[:16]}.model"
     )
+    sums = path.with_name(path.name + ".sha256")
     if path.is_file():
-        try:
+        problem = _cache_problem(path, sums, vocab_size)
+        if problem is None:
             return Tokenizer(path)
-        except (
-            ValueError
-        ):  # a damaged cache entry (e.g. a full disk): learn it again below
-            pass
+        warnings.warn(
+            f"the cached tokenizer {path} {problem}: learning it again",
+            stacklevel=2,
+        )
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -519,15 +580,33 @@ def train_tokenizer(
         **settings,
     )
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".spm-", suffix=".part", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # the model, then its SHA-256 beside it: a model without a matching sum is never used
+    written = atomic_write(path, model.getvalue())
+    atomic_write(sums, f"{written.sha256}  {path.name}\n")
     return Tokenizer(path)
+
+
+def _cache_problem(path: Path, sums: Path, vocab_size: int) -> str | None:
+    """What is wrong with a cached tokenizer (cut off, changed, another size); ``None``: nothing."""
+    try:
+        expected = sums.read_text().split()[0]
+    except (OSError, UnicodeDecodeError, IndexError):
+        expected = None  # cached by an older version: its size decides, then it gets a sum
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    if expected is not None and actual != expected:
+        return (
+            f"has SHA-256 {actual[:12]}…, not the {expected[:12]}… it was "
+            "written with (cut off or changed)"
+        )
+    try:
+        size = Tokenizer(path).vocab_size
+    except ValueError as err:
+        return f"cannot be read ({err})"
+    if size != vocab_size:
+        return f"has {size} pieces, not the {vocab_size} asked for"
+    if expected is None:
+        atomic_write(sums, f"{actual}  {path.name}\n")
+    return None
 
 
 def encode_pairs(

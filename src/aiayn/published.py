@@ -15,15 +15,22 @@ their URLs and where to put them. The weights are stored in float16 (52 MB) and 
 They load with ``strict=True``: when the model's code changes its parameter names or packs
 projections together, ``upgrade_state_dict`` converts the published layout to the new one.
 
+A folder with its own ``SHA256SUMS`` (a release of any run, as ``release`` below writes it) is
+checked against those sums instead, and nothing is downloaded into it: ``load_published(root=DIR)``
+loads the one ``<name>-averaged-fp16.pt`` it holds, with that run's config and tokenizer.
+
 Releasing a run (weights never enter git; they go to a GitHub release):
 
     python -m aiayn.published release runs/multi30k --out runs/release
     make release RUN=runs/multi30k
 
-writes the averaged float16 weights, the tokenizer, the config, the run's records, ``SHA256SUMS``
-and ``MODEL_CARD.md`` (data and its licence terms, recipe, scores, limits) into ``runs/release``
-(git ignores ``runs/``). Upload them as the assets of a release tagged ``RELEASE_TAG``. The book's
-small copy of the run's figures (``book/results``, each file well under 1 MB) comes from
+checks that the run was trained and evaluated on test2016 and that ``runs/release`` is new or
+empty, then writes the averaged float16 weights (``<config name>-averaged-fp16.pt``), the tokenizer,
+the config, the run's records, ``MODEL_CARD.md`` (data and its licence terms, recipe, scores,
+limits) and, last, ``SHA256SUMS`` into ``runs/release`` (git ignores ``runs/``); the run folder is
+only read. A folder without ``SHA256SUMS`` is an unfinished release. Upload the files as the
+assets of a release tagged ``RELEASE_TAG``. The book's small copy of the run's figures
+(``book/results``, each file well under 1 MB) comes from
 
     python -m aiayn.published results runs/multi30k --commit <sha> --date <day> --command "..."
 
@@ -33,19 +40,22 @@ and ``python -m aiayn.published check`` downloads and checks the published files
 from __future__ import annotations
 
 import argparse
+import datetime
 import http.client
 import json
 import os
+import re
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
+from . import cli
 from .checks import AtomicWriter, atomic_write, sha256_file
+from .data import urlopen_pieces
 
 __all__ = [
     "REPOSITORY_URL",
@@ -53,9 +63,13 @@ __all__ = [
     "RELEASE_URL",
     "WEIGHTS",
     "SHA256",
+    "SUMS",
     "ModelUnavailable",
     "ChecksumError",
+    "ReleaseError",
     "Published",
+    "weights_name",
+    "read_sums",
     "model_dir",
     "fetch_published",
     "upgrade_state_dict",
@@ -69,7 +83,16 @@ __all__ = [
 REPOSITORY_URL = "https://github.com/aiayn-book/aiayn"
 RELEASE_TAG = "multi30k-h100-2026-11-23"
 RELEASE_URL = f"{REPOSITORY_URL}/releases/download/{RELEASE_TAG}/"
-WEIGHTS = "multi30k-averaged-fp16.pt"
+WEIGHTS_SUFFIX = "-averaged-fp16.pt"
+
+
+def weights_name(config_name: str) -> str:
+    """The released weights of a run: ``<config name>-averaged-fp16.pt``."""
+    return f"{config_name}{WEIGHTS_SUFFIX}"
+
+
+WEIGHTS = weights_name("multi30k")  # the published run's config name
+SUMS = "SHA256SUMS"  # a release's own sums, written last
 # The files load_published needs, and their SHA-256 (from the run's SHA256SUMS).
 SHA256 = {
     "config.json": "6bcfada9987bc54858e4e7462f6d897022808ea5441ac988e5f50d070a2f895b",
@@ -85,6 +108,10 @@ class ModelUnavailable(RuntimeError):
 
 class ChecksumError(RuntimeError):
     """A file's SHA-256 differs from the one the package expects."""
+
+
+class ReleaseError(ValueError):
+    """A run cannot be released as asked: not evaluated yet, or the folder is not new or empty."""
 
 
 class Published(NamedTuple):
@@ -116,16 +143,7 @@ Downloader = Callable[[str, float], Iterable[bytes]]
 
 
 def _urlopen_chunks(url: str, deadline: float) -> Iterable[bytes]:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError(f"no time left to download {url}")
-    with urllib.request.urlopen(url, timeout=min(60.0, left)) as response:
-        while chunk := response.read(1 << 20):
-            yield chunk
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"downloading {url} ran past the deadline"
-                )
+    return urlopen_pieces(url, deadline, 1 << 20)
 
 
 def _download(
@@ -180,11 +198,37 @@ def fetch_published(
         downloader: ``(url, deadline) -> byte pieces``; default ``urllib`` (tests pass a fake).
         deadline_s: seconds allowed for downloading all missing files together.
 
+    A folder holding ``SHA256SUMS`` (a release) is checked against it instead: every file it
+    lists must be there and match; nothing is downloaded into it.
+
     Raises:
         ModelUnavailable: files are missing and cannot be downloaded.
         ChecksumError: a file (on disk or downloaded) is not the published one.
+        NotADirectoryError: the folder is a file.
     """
     directory = model_dir(root)
+    if directory.exists() and not directory.is_dir():
+        given = "root=" if root is not None else "$AIAYN_MODEL"
+        raise NotADirectoryError(
+            f"the model folder {directory} is a file, not a folder: give "
+            f"{given} the folder holding {', '.join(SHA256)} (or a release "
+            "with its SHA256SUMS)"
+        )
+    if (directory / SUMS).is_file():
+        _check_release(directory)
+        return directory
+    unfinished = [
+        p.name
+        for p in sorted(directory.glob(f"*{WEIGHTS_SUFFIX}"))
+        if p.name != WEIGHTS
+    ]
+    if unfinished or (directory / "MODEL_CARD.md").is_file():
+        raise ModelUnavailable(
+            f"{directory} holds {', '.join(unfinished) or 'MODEL_CARD.md'} but "
+            f"no {SUMS}: an unfinished release (SHA256SUMS is written last). "
+            "Release the run again into a new folder (python -m "
+            "aiayn.published release RUN --out DIR)"
+        )
     missing = [n for n in SHA256 if not (directory / n).is_file()]
     if missing and not download:
         raise ModelUnavailable(
@@ -215,6 +259,72 @@ def fetch_published(
                 "download it again."
             )
     return directory
+
+
+_SUMS_LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
+
+
+def read_sums(path: str | os.PathLike) -> dict[str, str]:
+    """``{file name: SHA-256}`` from a ``SHA256SUMS`` file (``sha256sum``'s format)."""
+    path = Path(path)
+    sums = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        match = _SUMS_LINE.fullmatch(line)
+        name = match.group(2) if match else ""
+        if not match or Path(name).name != name or name in (".", ".."):
+            raise ChecksumError(
+                f"{path} line {number} is {line[:80]!r}; expected "
+                "'<64 hex digits>  <file name>' (as sha256sum writes)"
+            )
+        sums[name] = match.group(1)
+    return sums
+
+
+def _weights_file(directory: Path) -> Path:
+    """The weights of a folder: ``WEIGHTS``, or in a release the one ``*-averaged-fp16.pt``."""
+    if not (directory / SUMS).is_file():
+        return directory / WEIGHTS
+    found = sorted(directory.glob(f"*{WEIGHTS_SUFFIX}"))
+    if len(found) != 1:
+        raise ModelUnavailable(
+            f"{directory} holds {len(found)} weights files "
+            f"({', '.join(p.name for p in found) or 'none'}); expected exactly "
+            f"one *{WEIGHTS_SUFFIX}, as python -m aiayn.published release "
+            "writes it"
+        )
+    return found[0]
+
+
+def _check_release(directory: Path) -> None:
+    """Check a folder against its own ``SHA256SUMS``: every file listed, present and intact."""
+    sums = read_sums(directory / SUMS)
+    weights = _weights_file(directory)
+    unlisted = [
+        n for n in ("config.json", "tokenizer.model", weights.name)
+        if n not in sums
+    ]  # fmt: skip
+    if unlisted:
+        raise ChecksumError(
+            f"{directory / SUMS} does not list {', '.join(unlisted)}, so "
+            "they cannot be checked; release the run again (python -m "
+            "aiayn.published release RUN --out DIR)"
+        )
+    missing = [n for n in sums if not (directory / n).is_file()]
+    if missing:
+        raise ModelUnavailable(
+            f"{directory} lacks {', '.join(missing)}, which its {SUMS} "
+            "lists: copy the whole release into the folder again"
+        )
+    for name, expected in sums.items():
+        _, actual = sha256_file(directory / name)
+        if actual != expected:
+            raise ChecksumError(
+                f"{directory / name} has SHA-256 {actual}, expected "
+                f"{expected} ({directory / SUMS}). The file is damaged or "
+                "not the released one; copy it from the release again."
+            )
 
 
 # --- Loading --------------------------------------------------------------------------------------
@@ -294,7 +404,8 @@ def load_published(
     """The published translator, checked and loaded strictly, in eval mode.
 
     Args:
-        root: the folder with the files (default ``$AIAYN_MODEL``, else the user cache).
+        root: the folder with the files (default ``$AIAYN_MODEL``, else the user cache), or
+            a release of any run (checked against its own ``SHA256SUMS``).
         device: where the model goes (default the CPU).
         dtype: the dtype the stored float16 weights are cast to (float32: CPUs run it fastest).
         download: fetch missing files from the release.
@@ -309,13 +420,12 @@ def load_published(
     directory = fetch_published(
         root, download=download, downloader=downloader
     )
-    saved = torch.load(
-        directory / WEIGHTS, map_location="cpu", weights_only=True
-    )
+    weights = _weights_file(directory)
+    saved = torch.load(weights, map_location="cpu", weights_only=True)
     config_file = json.loads((directory / "config.json").read_text())
     if saved["config"] != config_file:
         raise ValueError(
-            f"{directory / WEIGHTS} was saved with another config than "
+            f"{weights} was saved with another config than "
             f"{directory / 'config.json'}"
         )
     cfg = _train_config(config_file)
@@ -332,10 +442,12 @@ def load_published(
 
 # --- Releasing a run ------------------------------------------------------------------------------
 
-RELEASE_FILES = (
-    WEIGHTS, "tokenizer.model", "config.json", "summary.json",
-    "metrics.jsonl", "results.json", "test2016.hyp.en",
+RUN_FILES = (
+    "tokenizer.model", "config.json", "summary.json", "metrics.jsonl",
+    "results.json", "test2016.hyp.en",
 )  # fmt: skip
+# The published run's release (another run's weights are named weights_name(its name)).
+RELEASE_FILES = (WEIGHTS, *RUN_FILES)
 
 LICENCE = (
     "Multi30k (Elliott et al., 2016, https://github.com/multi30k/dataset) is "
@@ -348,13 +460,23 @@ LICENCE = (
 )
 
 
-def _averaged_weights(run: Path) -> bytes:
-    """The float16 mean of a training run's last epochs, as the bytes of a ``.pt`` file."""
+def _release_weights(run: Path) -> tuple[bytes, list[str]]:
+    """A run's float16 weights as the bytes of a ``.pt`` file, and the checkpoints they average.
+
+    A trained run's last epochs are averaged (``load_run``, which only reads); a folder that
+    holds no ``checkpoint.pt`` but one ``*-averaged-fp16.pt`` (a published run) gives that file.
+    """
     import io
 
-    from .recipes import load_run
+    from .translation import load_run
 
-    cfg, _, model, sources = load_run(run, "cpu", average=True)
+    if not (run / "checkpoint.pt").is_file():
+        (path,) = sorted(run.glob(f"*{WEIGHTS_SUFFIX}"))
+        data = path.read_bytes()
+        saved = torch.load(io.BytesIO(data), map_location="cpu",
+                           weights_only=True)  # fmt: skip
+        return data, list(saved.get("averaged", [path.name]))
+    _, _, model, sources = load_run(run, "cpu", average=True)
     state = {
         k: v.half() if v.is_floating_point() else v
         for k, v in model.state_dict().items()
@@ -364,43 +486,67 @@ def _averaged_weights(run: Path) -> bytes:
     torch.save(
         {"model": state, "config": config, "averaged": sources}, buffer
     )
-    return buffer.getvalue()
+    return buffer.getvalue(), sources
+
+
+def _of(n: int | None, total: int) -> str:
+    """``the 1,014`` pairs, or ``the first 20 of the 1,014``."""
+    every = f"the {total:,}"
+    return (
+        every if n is None or n >= total else f"the first {n:,} of {every}"
+    )
 
 
 def model_card(
-    config: dict, summary: dict, results: dict, sums: dict[str, str]
+    config: dict,
+    summary: dict,
+    results: dict,
+    sums: dict[str, str],
+    weights: str | None = None,
 ) -> str:
-    """The release's ``MODEL_CARD.md``: what the model is, its data and terms, recipe, scores, limits."""
+    """The release's ``MODEL_CARD.md``: what the model is, its data and terms, recipe, scores, limits.
+
+    Args:
+        config: the run's ``config.json`` (nested, or the flat layout of older runs).
+        summary, results: its ``summary.json`` and ``results.json``.
+        sums: ``{file name: SHA-256}`` of the released files.
+        weights: the weights' file name (default ``weights_name`` of the config's name).
+    """
     test = results.get("test2016", {})
-    c = config
+    cfg = _train_config(config)
+    m = cfg.model
+    weights = weights or weights_name(cfg.name)
     lines = [
-        f"# {c['name']}: a German-to-English Transformer trained on Multi30k",
+        f"# {cfg.name}: a German-to-English Transformer trained on Multi30k",
         "",
         "## Model",
         f"An encoder-decoder Transformer (Vaswani et al., 2017) of the `aiayn` package: "
-        f"N = {c['N']} layers per stack, d_model = {c['d_model']}, d_ff = {c['d_ff']}, "
-        f"h = {c['h']}, P_drop = {c['dropout']}, one joint BPE vocabulary of "
-        f"{c['vocab_size']:,} pieces shared by both embeddings and the output layer; "
-        f"{summary.get('parameters', 0):,} parameters. `{WEIGHTS}` holds the mean of the "
-        f"weights of the last {c['average_last']} epochs in float16; "
-        "`aiayn.published.load_published` loads it as float32.",
+        f"N = {m.N} layers per stack, d_model = {m.d_model}, d_ff = {m.d_ff}, "
+        f"h = {m.h}, P_drop = {m.dropout}, one joint BPE vocabulary of "
+        f"{m.src_vocab_size:,} pieces shared by both embeddings and the output layer; "
+        f"{summary.get('parameters', 0):,} parameters. `{weights}` holds the mean of the "
+        f"weights of the last {cfg.average_last} epochs in float16; "
+        "`aiayn.published.load_published(root=<this folder>)` loads it as float32.",
         "",
         "## Data and licence terms",
         LICENCE,
-        "Training: the 29,000 pairs of the Multi30k task 1 training split; "
-        "validation: its 1,014 pairs; test: test2016 (1,000 pairs).",
+        f"Training: {_of(cfg.train_subset, 29000)} pairs of the Multi30k task 1 "
+        f"training split; validation: {_of(cfg.val_subset, 1014)} pairs of its "
+        f"validation split; test: {_of(test.get('sentences'), 1000)} pairs of "
+        "test2016.",
         "",
         "## Recipe",
-        f"`python -m aiayn.train --preset {c['name']}`: {c['epochs']} epochs, batches "
-        f"of {c['max_tokens']:,} padded tokens, Adam with the Noam schedule (warmup "
-        f"{c['warmup']}, factor {c['lr_factor']}), label smoothing {c['label_smoothing']}, "
-        f"gradient clipping {c['clip_norm']}. Trained on {summary.get('device_name')} "
+        f"`python -m aiayn.train --config config.json` (this release's config, the "
+        f"`{cfg.name}` settings): {cfg.epochs} epochs, batches "
+        f"of {cfg.max_tokens:,} padded tokens, Adam with the Noam schedule (warmup "
+        f"{cfg.warmup}, factor {cfg.lr_factor}), label smoothing {cfg.label_smoothing}, "
+        f"gradient clipping {cfg.clip_norm}. Trained on {summary.get('device_name')} "
         f"with torch {summary.get('torch')} ({summary.get('amp')} autocast): "
         f"{summary.get('steps', 0):,} steps in {summary.get('wall_s', 0):.0f} s.",
         "",
         "## Scores (test2016, German to English)",
         f"Beam {test.get('beam')}, length penalty α {test.get('length_penalty')}: "
-        f"sacreBLEU {test.get('sacrebleu', float('nan')):.2f} "
+        f"sacreBLEU {test.get('sacrebleu') or float('nan'):.2f} "
         f"(`{test.get('signature')}`), our BLEU {test.get('bleu', float('nan')):.2f}; "
         f"test loss {test.get('loss', float('nan')):.3f}, perplexity "
         f"{test.get('ppl', float('nan')):.2f}.",
@@ -419,49 +565,132 @@ def model_card(
     return "\n".join(lines)
 
 
+def _check_run(run: Path):
+    """The run's folder and config, once it is known to hold all a release needs."""
+    from .runs import RunFolder
+
+    if not run.is_dir():
+        raise FileNotFoundError(
+            f"the run {run} is not a folder: expected a run folder trained by "
+            "python -m aiayn.train and evaluated by python -m aiayn.evaluate"
+        )
+    missing = [n for n in RUN_FILES if not (run / n).is_file()]
+    weights = sorted(run.glob(f"*{WEIGHTS_SUFFIX}"))
+    if not (run / "checkpoint.pt").is_file() and len(weights) != 1:
+        missing.insert(0, f"checkpoint.pt (or one *{WEIGHTS_SUFFIX})")
+    if missing:
+        raise FileNotFoundError(
+            f"the run {run} lacks {', '.join(missing)}: train it (python -m "
+            f"aiayn.train --out {run}) and evaluate it on test2016 (python -m "
+            f"aiayn.evaluate {run} --split test2016) first"
+        )
+    folder = RunFolder(run)
+    cfg = folder.read_config()
+    results = folder.read_json("results.json")
+    if not isinstance(results, dict) or "test2016" not in results:
+        raise ReleaseError(
+            f"{run / 'results.json'} has no 'test2016' entry (it has "
+            f"{sorted(results) if isinstance(results, dict) else results!r}): "
+            f"evaluate the run with its own settings first (python -m "
+            f"aiayn.evaluate {run} --split test2016)"
+        )
+    name = weights_name(cfg.name)
+    if Path(name).name != name or "/" in cfg.name or "\\" in cfg.name:
+        raise ReleaseError(
+            f"{run / 'config.json'} names the run {cfg.name!r}, which cannot "
+            "name a file; expected a name such as 'multi30k'"
+        )
+    return folder, cfg, results
+
+
+def _check_out(out: Path, run: Path) -> None:
+    """Refuse a release folder inside the run, a file, or a folder that holds anything."""
+    if (
+        out.resolve() == run.resolve()
+        or run.resolve() in out.resolve().parents
+    ):
+        raise ReleaseError(
+            f"the release folder {out} is inside the run {run}, which a release "
+            "only reads: choose a folder outside it (e.g. runs/release)"
+        )
+    if out.exists() and not out.is_dir():
+        raise ReleaseError(
+            f"the release folder {out} is a file, not a folder: choose a new "
+            "or empty folder"
+        )
+    names = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    if not names:
+        return
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    if SUMS in names:
+        what = "a release (it has SHA256SUMS)"
+    elif "MODEL_CARD.md" in names or any(
+        n.endswith(WEIGHTS_SUFFIX) for n in names
+    ):
+        what = (
+            "an unfinished release (no SHA256SUMS, which a release writes "
+            "last: it was interrupted)"
+        )
+    elif "config.json" in names or "manifest.json" in names:
+        what = "a run folder"
+    else:
+        what = f"{len(names)} entries"
+    raise ReleaseError(
+        f"the release folder {out} already holds {what} ({shown}): a "
+        "release goes into a new or empty folder; remove it, or choose "
+        "another with --out"
+    )
+
+
 def prepare_release(
     run_dir: str | os.PathLike, out_dir: str | os.PathLike
 ) -> dict[str, str]:
-    """Write the files of a release of ``run_dir`` into ``out_dir``: weights, records, sums, card.
+    """Write the files of a release of ``run_dir`` into ``out_dir``: weights, records, card, sums.
 
-    ``run_dir`` is a trained and evaluated run folder (``aiayn.recipes``: its last epochs are
-    averaged into float16 weights), or a folder that already holds ``multi30k-averaged-fp16.pt``.
+    ``run_dir`` is a run trained and evaluated on test2016 (``aiayn.recipes``: its last epochs
+    are averaged into float16 weights), or a folder that already holds one
+    ``*-averaged-fp16.pt``; it is only read. Everything is checked before anything is written:
+    the run's files (against its manifest), that its test2016 scores come from the weights
+    released, and that ``out_dir`` is new or empty. Each file is written atomically and
+    ``SHA256SUMS`` last, so a folder without it is an unfinished release.
+
+    The weights are named ``weights_name(config name)``: ``multi30k-averaged-fp16.pt`` for the
+    published run, ``multi30k-smoke-averaged-fp16.pt`` for a smoke run.
 
     Returns:
         ``{file name: SHA-256}`` of the files written (also in ``SHA256SUMS``).
+
+    Raises:
+        FileNotFoundError: the run lacks a file (not trained or not evaluated).
+        ReleaseError: ``out_dir`` is not new or empty, or the scores do not fit the weights.
     """
     run, out = Path(run_dir), Path(out_dir)
-    needed = [
-        n for n in RELEASE_FILES if n != WEIGHTS and not (run / n).is_file()
-    ]
-    if (
-        not (run / WEIGHTS).is_file()
-        and not (run / "checkpoint.pt").is_file()
-    ):
-        needed.insert(0, f"{WEIGHTS} or checkpoint.pt")
-    if needed:
-        raise FileNotFoundError(
-            f"{run} lacks {needed}: train it (python -m aiayn.train) and evaluate "
-            f"it (python -m aiayn.evaluate {run} --split test2016) first"
+    folder, cfg, results = _check_run(run)
+    _check_out(out, run)
+    weights, sources = _release_weights(run)
+    scored = results["test2016"].get("checkpoints")
+    if scored is not None and list(scored) != list(sources):
+        raise ReleaseError(
+            f"the test2016 scores in {run / 'results.json'} come from the mean "
+            f"of {', '.join(scored)}, but the run's last epochs are now "
+            f"{', '.join(sources)} (trained on since?): evaluate it again "
+            f"(python -m aiayn.evaluate {run} --split test2016)"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    sums = {}
-    for name in RELEASE_FILES:
-        if name == WEIGHTS and not (run / WEIGHTS).is_file():
-            data = _averaged_weights(run)
-        else:
-            data = (run / name).read_bytes()
-        sums[name] = atomic_write(out / name, data).sha256
+    files = {weights_name(cfg.name): weights}
+    files |= {name: folder.read_verified(name) for name in RUN_FILES}
     records = [
-        json.loads((run / n).read_text())
+        json.loads(files[n])
         for n in ("config.json", "summary.json", "results.json")
     ]
-    card = model_card(*records, sums).encode()
+    out.mkdir(parents=True, exist_ok=True)
+    sums = {name: atomic_write(out / name, data).sha256
+            for name, data in files.items()}  # fmt: skip
+    card = model_card(*records, sums, weights=weights_name(cfg.name))
     sums["MODEL_CARD.md"] = atomic_write(out / "MODEL_CARD.md", card).sha256
     text = "".join(
         f"{digest}  {name}\n" for name, digest in sorted(sums.items())
     )
-    atomic_write(out / "SHA256SUMS", text.encode())
+    atomic_write(out / SUMS, text)
     return sums
 
 
@@ -584,22 +813,38 @@ def write_results(
     return files
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiayn.published release RUN``, ``... results RUN --commit ...`` or ``... check``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m aiayn.published", description=__doc__.split("\n")[0]
-    )
+def _day(text: str) -> str:
+    """An argparse type: a day written YYYY-MM-DD (``2026-11-23``)."""
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(text)
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a day as YYYY-MM-DD (e.g. 2026-11-23), got {text!r}"
+        ) from None
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = cli.parser("python -m aiayn.published", __doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    debug = {
+        "action": "store_true",
+        "help": "show the traceback of an error",
+    }
     rel = sub.add_parser(
         "release",
         help="prepare release files, SHA256SUMS and a model card from a run",
     )
-    rel.add_argument("run", help="a trained and evaluated run folder")
+    rel.add_argument("run", help="a trained run, evaluated on test2016")
     rel.add_argument(
         "--out",
         default="runs/release",
-        help="where the files go (default runs/release, which git ignores)",
+        help="a new or empty folder for the files (default runs/release, "
+        "which git ignores)",
     )
+    rel.add_argument("--debug", **debug)
     res = sub.add_parser(
         "results", help="copy a run's figures into book/results"
     )
@@ -609,7 +854,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--commit", required=True, help="the commit the run used"
     )
     res.add_argument(
-        "--date", required=True, help="the day of the run (YYYY-MM-DD)"
+        "--date",
+        required=True,
+        type=_day,
+        help="the day of the run (YYYY-MM-DD)",
     )
     res.add_argument(
         "--command", action="append", required=True, dest="commands"
@@ -620,6 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="python -m aiayn.bench --json output",
     )
+    res.add_argument("--debug", **debug)
     chk = sub.add_parser(
         "check", help="check (and download) the published files"
     )
@@ -629,14 +878,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="default $AIAYN_MODEL or the user cache",
     )
-    args = parser.parse_args(argv)
+    chk.add_argument("--debug", **debug)
+    return parser
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "release":
         sums = prepare_release(args.run, args.out)
         for name, digest in sums.items():
-            print(f"{digest}  {args.out}/{name}")
-        print(f"upload {', '.join(sums)} as the assets of a GitHub release; "
-              "put the sums of the weights, tokenizer.model and config.json in "
-              "aiayn.published.SHA256")  # fmt: skip
+            print(f"{digest}  {Path(args.out) / name}")
+        print(f"{SUMS} last: check with (cd {args.out} && sha256sum -c "
+              f"{SUMS}); load with aiayn.published.load_published(root="
+              f"'{args.out}'); upload {', '.join(sums)} and {SUMS} as the "
+              "assets of a GitHub release")  # fmt: skip
     elif args.command == "results":
         bench = json.loads(args.bench.read_text()) if args.bench else None
         files = write_results(args.run, args.out, commit=args.commit, date=args.date,
@@ -644,10 +898,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in files.values():
             print(f"{path}: {path.stat().st_size:,} bytes")
     else:
-        print(
-            f"{fetch_published(args.root)}: {', '.join(SHA256)} present and intact"
+        directory = fetch_published(args.root)
+        names = (
+            read_sums(directory / SUMS)
+            if (directory / SUMS).is_file()
+            else SHA256
         )
+        print(f"{directory}: {', '.join(names)} present and intact")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m aiayn.published release RUN``, ``... results RUN --commit ...`` or ``... check``.
+
+    A wrong argument or input prints one ``error: ...`` line and exits with status 2
+    (``aiayn.cli.run``); ``--debug`` shows the traceback.
+    """
+    return cli.run(_parser(), argv, _command)
 
 
 if __name__ == "__main__":

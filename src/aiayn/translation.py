@@ -396,10 +396,12 @@ def evaluate(
     if beam is not None:
         check_int("beam", beam, minimum=1)
     if length_penalty is not None and not (
-        isinstance(length_penalty, (int, float)) and length_penalty >= 0
+        isinstance(length_penalty, (int, float))
+        and math.isfinite(length_penalty)
+        and length_penalty >= 0
     ):
         raise ValueError(
-            f"length_penalty must be a number >= 0, got {length_penalty!r}"
+            f"length_penalty must be a finite number >= 0, got {length_penalty!r}"
         )
     check_int("batch_size", batch_size, minimum=1)
     run = RunFolder(run_dir)
