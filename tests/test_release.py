@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn import published as P
 from aiayn.data import SHA256, load_multi30k
@@ -28,7 +29,7 @@ TINY = PRESETS["multi30k-smoke"].with_changes(
     train_subset=400, val_subset=20, test_subset=5, vocab_size=300, epochs=2,
     max_tokens=1024, warmup=10, average_last=2, checkpoint_minutes=None,
 )  # fmt: skip
-WEIGHTS = "multi30k-smoke-averaged-fp16.pt"
+WEIGHTS = "multi30k-smoke-averaged-fp32.pt"  # float32 by default: exactly the run
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +64,9 @@ def snapshot(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def release(run: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
+def release(run: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_CACHE_HOME": str(cache)}
-    argv = [sys.executable, "-m", "aiayn.published", "release", str(run), "--out", str(out)]
+    argv = [sys.executable, "-m", "aiayn.published", "release", str(run), "--out", str(out), *extra]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -131,12 +132,26 @@ def test_a_release_loads_and_translates_as_its_run(released, run, root):
     cfg, tokenizer, model, averaged = P.load_published(released, download=False)
     assert cfg == TINY and averaged == ["epoch-001.pt", "epoch-002.pt"]
     _, run_tokenizer, run_model, _ = load_run(run, "cpu")
-    sentences = [de for de, _ in load_multi30k("test2016", root, download=False)[: TINY.test_subset]]
+    sentences = [de for de, _ in load_multi30k("test2016", root, download=False)[:200]]
     settings = dict(beam=cfg.beam, length_penalty=cfg.length_penalty, max_len_a=cfg.max_len_a,
                     max_len_b=cfg.max_len_b)  # fmt: skip
     ours = translate(model, tokenizer, sentences, **settings)
-    assert ours == translate(run_model, run_tokenizer, sentences, **settings)
-    assert ours == (run / "test2016.hyp.en").read_text().splitlines()
+    assert ours == translate(run_model, run_tokenizer, sentences, **settings)  # all 200, exactly
+    assert ours[: TINY.test_subset] == (run / "test2016.hyp.en").read_text().splitlines()
+    assert all(torch.equal(v, run_model.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_a_half_release_is_float16_and_half_the_size(run, released, cache, tmp_path):
+    out = tmp_path / "half"
+    done = release(run, out, cache, "--half")
+    assert done.returncode == 0, done.stderr
+    half = out / "multi30k-smoke-averaged-fp16.pt"
+    assert 0.45 < half.stat().st_size / (released / WEIGHTS).stat().st_size < 0.7  # + the pickle
+    saved = torch.load(half, weights_only=True)["model"]
+    assert {v.dtype for v in saved.values() if v.is_floating_point()} == {torch.float16}
+    assert "in float16" in (out / "MODEL_CARD.md").read_text()
+    cfg, _, model, _ = P.load_published(out, download=False)
+    assert next(model.parameters()).dtype == torch.float32  # run as float32
 
 
 def copy_of(folder: Path, dest: Path) -> Path:

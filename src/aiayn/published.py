@@ -17,7 +17,7 @@ projections together, ``upgrade_state_dict`` converts the published layout to th
 
 A folder with its own ``SHA256SUMS`` (a release of any run, as ``release`` below writes it) is
 checked against those sums instead, and nothing is downloaded into it: ``load_published(root=DIR)``
-loads the one ``<name>-averaged-fp16.pt`` it holds, with that run's config and tokenizer.
+loads the one ``<name>-averaged-fp32.pt`` (or ``-fp16``) it holds, with that run's config and tokenizer.
 
 Releasing a run (weights never enter git; they go to a GitHub release):
 
@@ -25,7 +25,8 @@ Releasing a run (weights never enter git; they go to a GitHub release):
     make release RUN=runs/multi30k
 
 checks that the run was trained and evaluated on test2016 and that ``runs/release`` is new or
-empty, then writes the averaged float16 weights (``<config name>-averaged-fp16.pt``), the tokenizer,
+empty, then writes the averaged weights (``<config name>-averaged-fp32.pt``; ``--half``: float16,
+``-fp16.pt``, half the size, a few translations differ), the tokenizer,
 the config, the run's records, ``MODEL_CARD.md`` (data and its licence terms, recipe, scores,
 limits) and, last, ``SHA256SUMS`` into ``runs/release`` (git ignores ``runs/``); the run folder is
 only read. A folder without ``SHA256SUMS`` is an unfinished release. Upload the files as the
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fnmatch
 import http.client
 import json
 import os
@@ -83,12 +85,12 @@ __all__ = [
 REPOSITORY_URL = "https://github.com/aiayn-book/aiayn"
 RELEASE_TAG = "multi30k-h100-2026-11-23"
 RELEASE_URL = f"{REPOSITORY_URL}/releases/download/{RELEASE_TAG}/"
-WEIGHTS_SUFFIX = "-averaged-fp16.pt"
+WEIGHTS_SUFFIX = "-averaged-fp??.pt"  # a glob: fp32, or fp16 (half the size)
 
 
-def weights_name(config_name: str) -> str:
-    """The released weights of a run: ``<config name>-averaged-fp16.pt``."""
-    return f"{config_name}{WEIGHTS_SUFFIX}"
+def weights_name(config_name: str, half: bool = True) -> str:
+    """The released weights of a run: ``<config name>-averaged-fp16.pt`` (``-fp32`` in float32)."""
+    return f"{config_name}-averaged-fp{16 if half else 32}.pt"
 
 
 WEIGHTS = weights_name("multi30k")  # the published run's config name
@@ -283,7 +285,7 @@ def read_sums(path: str | os.PathLike) -> dict[str, str]:
 
 
 def _weights_file(directory: Path) -> Path:
-    """The weights of a folder: ``WEIGHTS``, or in a release the one ``*-averaged-fp16.pt``."""
+    """The weights of a folder: ``WEIGHTS``, or in a release the one ``*-averaged-fp32.pt`` or ``-fp16``."""
     if not (directory / SUMS).is_file():
         return directory / WEIGHTS
     found = sorted(directory.glob(f"*{WEIGHTS_SUFFIX}"))
@@ -460,11 +462,14 @@ LICENCE = (
 )
 
 
-def _release_weights(run: Path) -> tuple[bytes, list[str]]:
-    """A run's float16 weights as the bytes of a ``.pt`` file, and the checkpoints they average.
+def _release_weights(
+    run: Path, name: str, half: bool
+) -> tuple[str, bytes, list[str]]:
+    """A run's weights (float16 with ``half``) as the bytes of a ``.pt`` file, and their checkpoints.
 
     A trained run's last epochs are averaged (``load_run``, which only reads); a folder that
-    holds no ``checkpoint.pt`` but one ``*-averaged-fp16.pt`` (a published run) gives that file.
+    holds no ``checkpoint.pt`` but one ``*-averaged-fp16.pt`` (a published run) gives that file,
+    as it is, under its own name.
     """
     import io
 
@@ -475,10 +480,10 @@ def _release_weights(run: Path) -> tuple[bytes, list[str]]:
         data = path.read_bytes()
         saved = torch.load(io.BytesIO(data), map_location="cpu",
                            weights_only=True)  # fmt: skip
-        return data, list(saved.get("averaged", [path.name]))
+        return path.name, data, list(saved.get("averaged", [path.name]))
     _, _, model, sources = load_run(run, "cpu", average=True)
     state = {
-        k: v.half() if v.is_floating_point() else v
+        k: v.half() if half and v.is_floating_point() else v
         for k, v in model.state_dict().items()
     }
     config = json.loads((run / "config.json").read_text())
@@ -486,7 +491,7 @@ def _release_weights(run: Path) -> tuple[bytes, list[str]]:
     torch.save(
         {"model": state, "config": config, "averaged": sources}, buffer
     )
-    return buffer.getvalue(), sources
+    return name, buffer.getvalue(), sources
 
 
 def _of(n: int | None, total: int) -> str:
@@ -503,6 +508,7 @@ def model_card(
     results: dict,
     sums: dict[str, str],
     weights: str | None = None,
+    half: bool = True,
 ) -> str:
     """The release's ``MODEL_CARD.md``: what the model is, its data and terms, recipe, scores, limits.
 
@@ -511,6 +517,7 @@ def model_card(
         summary, results: its ``summary.json`` and ``results.json``.
         sums: ``{file name: SHA-256}`` of the released files.
         weights: the weights' file name (default ``weights_name`` of the config's name).
+        half: the weights are stored in float16 (else float32).
     """
     test = results.get("test2016", {})
     cfg = _train_config(config)
@@ -525,7 +532,8 @@ def model_card(
         f"h = {m.h}, P_drop = {m.dropout}, one joint BPE vocabulary of "
         f"{m.src_vocab_size:,} pieces shared by both embeddings and the output layer; "
         f"{summary.get('parameters', 0):,} parameters. `{weights}` holds the mean of the "
-        f"weights of the last {cfg.average_last} epochs in float16; "
+        f"weights of the last {cfg.average_last} epochs in "
+        f"{'float16' if half else 'float32'}; "
         "`aiayn.published.load_published(root=<this folder>)` loads it as float32.",
         "",
         "## Data and licence terms",
@@ -625,7 +633,7 @@ def _check_out(out: Path, run: Path) -> None:
     if SUMS in names:
         what = "a release (it has SHA256SUMS)"
     elif "MODEL_CARD.md" in names or any(
-        n.endswith(WEIGHTS_SUFFIX) for n in names
+        fnmatch.fnmatch(n, f"*{WEIGHTS_SUFFIX}") for n in names
     ):
         what = (
             "an unfinished release (no SHA256SUMS, which a release writes "
@@ -643,19 +651,23 @@ def _check_out(out: Path, run: Path) -> None:
 
 
 def prepare_release(
-    run_dir: str | os.PathLike, out_dir: str | os.PathLike
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    half: bool = False,
 ) -> dict[str, str]:
     """Write the files of a release of ``run_dir`` into ``out_dir``: weights, records, card, sums.
 
     ``run_dir`` is a run trained and evaluated on test2016 (``aiayn.recipes``: its last epochs
-    are averaged into float16 weights), or a folder that already holds one
-    ``*-averaged-fp16.pt``; it is only read. Everything is checked before anything is written:
+    are averaged), or a folder that already holds one ``*-averaged-fp16.pt`` (released as it
+    is); it is only read. Everything is checked before anything is written:
     the run's files (against its manifest), that its test2016 scores come from the weights
     released, and that ``out_dir`` is new or empty. Each file is written atomically and
     ``SHA256SUMS`` last, so a folder without it is an unfinished release.
 
-    The weights are named ``weights_name(config name)``: ``multi30k-averaged-fp16.pt`` for the
-    published run, ``multi30k-smoke-averaged-fp16.pt`` for a smoke run.
+    The weights are named ``weights_name(config name, half)``: ``multi30k-smoke-averaged-fp32.pt``
+    for a smoke run. In float32 (the default) the release translates exactly as the run; ``half``
+    stores float16, half the size (the published ``multi30k-averaged-fp16.pt`` is so), which
+    changes a few translations (25 of 1,000 test sentences of a smoke run, beam 2).
 
     Returns:
         ``{file name: SHA-256}`` of the files written (also in ``SHA256SUMS``).
@@ -667,7 +679,9 @@ def prepare_release(
     run, out = Path(run_dir), Path(out_dir)
     folder, cfg, results = _check_run(run)
     _check_out(out, run)
-    weights, sources = _release_weights(run)
+    name, weights, sources = _release_weights(
+        run, weights_name(cfg.name, half), half
+    )
     scored = results["test2016"].get("checkpoints")
     if scored is not None and list(scored) != list(sources):
         raise ReleaseError(
@@ -676,7 +690,7 @@ def prepare_release(
             f"{', '.join(sources)} (trained on since?): evaluate it again "
             f"(python -m aiayn.evaluate {run} --split test2016)"
         )
-    files = {weights_name(cfg.name): weights}
+    files = {name: weights}
     files |= {name: folder.read_verified(name) for name in RUN_FILES}
     records = [
         json.loads(files[n])
@@ -685,7 +699,9 @@ def prepare_release(
     out.mkdir(parents=True, exist_ok=True)
     sums = {name: atomic_write(out / name, data).sha256
             for name, data in files.items()}  # fmt: skip
-    card = model_card(*records, sums, weights=weights_name(cfg.name))
+    card = model_card(
+        *records, sums, weights=name, half=name.endswith("-fp16.pt")
+    )
     sums["MODEL_CARD.md"] = atomic_write(out / "MODEL_CARD.md", card).sha256
     text = "".join(
         f"{digest}  {name}\n" for name, digest in sorted(sums.items())
@@ -844,6 +860,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a new or empty folder for the files (default runs/release, "
         "which git ignores)",
     )
+    rel.add_argument(
+        "--half",
+        action="store_true",
+        help="store the weights in float16: half the size, a few "
+        "translations differ from the run's (default float32: the same)",
+    )
     rel.add_argument("--debug", **debug)
     res = sub.add_parser(
         "results", help="copy a run's figures into book/results"
@@ -884,7 +906,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _command(args: argparse.Namespace) -> int:
     if args.command == "release":
-        sums = prepare_release(args.run, args.out)
+        sums = prepare_release(args.run, args.out, half=args.half)
         for name, digest in sums.items():
             print(f"{digest}  {Path(args.out) / name}")
         print(f"{SUMS} last: check with (cd {args.out} && sha256sum -c "
