@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +18,8 @@ from aiayn import bench
 from aiayn.bench import (
     ALL_CONTENDERS,
     CONTENDERS,
+    collect_compile_warnings,
+    compile_note,
     count_step_ops,
     multi30k_batches,
     run_bench,
@@ -77,6 +82,7 @@ def test_compiled_contenders_train_on_the_same_batches(monkeypatch):
     assert rows[0]["ops_per_step"] > 0
     assert rows[1]["ops_per_step"] is None and rows[2]["ops_per_step"] is None  # compiled: not counted
     assert all(r["warmup_extra_s"] is not None for r in rows)  # the compile time is in the warm-up
+    assert rows[0]["compile_warnings"] is None and isinstance(rows[1]["compile_warnings"], list)
 
 
 class _SlowFirstShape(nn.Module):
@@ -189,6 +195,8 @@ def test_bench_rejects_unknown_contenders_and_data():
         run_bench("cpu", contenders=["mine"])
     with pytest.raises(ValueError, match="data must be 'auto', 'multi30k' or 'synthetic', got 'wiki'"):
         run_bench("cpu", data="wiki")
+    with pytest.raises(ValueError, match=r"compile_backend must be one of \[.*'eager'.*\], got 'nope'"):
+        run_bench("cpu", contenders=["nn.Transformer (compiled)"], compile_backend="nope")
 
 
 def test_peak_table_matches_device_names():
@@ -197,3 +205,57 @@ def test_peak_table_matches_device_names():
     assert bench.peak_tflops("NVIDIA H200") == 989.0
     assert bench.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
     assert bench.peak_tflops("Some CPU") is None
+
+
+def test_the_command_prints_its_table_and_one_line_for_a_graph_break_not_dynamos_warnings():
+    """The quickest run with compiled contenders: ``eager`` traces the graphs without generating code."""
+    argv = ["--device", "cpu", "--d-model", "16", "--d-ff", "32", "--heads", "2", "--layers", "1", "--vocab", "60",
+            "--max-tokens", "160", "--seq-len", "8", "--steps", "1", "--warmup", "0", "--data", "synthetic",
+            "--threads", "1", "--no-ops", "--compile-backend", "eager",
+            "--contenders", "nn.Transformer (compiled)", "ours (set_fast, compiled)"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
+    done = subprocess.run([sys.executable, "-m", "aiayn.bench", *argv], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # torch._dynamo wrote a block of 21 lines here
+    lines = done.stdout.splitlines()
+    assert not [line for line in lines if "_dynamo" in line or "Graph break" in line]
+    table = [line for line in lines if line.startswith("|")]
+    assert len(table) == 2 + 2 and lines[lines.index(table[-1]) + 1 :] == [
+        "note: torch.compile ran part of nn.Transformer (compiled) eagerly (graph break from "
+        "`Tensor.item()`); TORCH_LOGS=graph_breaks shows where"
+    ]
+
+
+def test_compile_warnings_are_collected_in_one_line_each_and_the_loggers_restored(capsys, monkeypatch):
+    monkeypatch.delenv("TORCH_LOGS", raising=False)
+    loggers = [logging.getLogger(name) for name in bench.COMPILE_LOGGERS]
+    before = [(lg.handlers, lg.propagate) for lg in loggers]
+    with collect_compile_warnings() as notes:
+        log = logging.getLogger("torch._dynamo.variables.tensor")
+        for _ in range(2):  # said twice, kept once
+            log.warning("Graph break from `Tensor.item()`, consider setting:\n    torch._dynamo.config...\n")
+        logging.getLogger("torch._inductor.utils").warning("not enough SMs to use max_autotune_gemm mode")
+        logging.getLogger("torch._dynamo").info("not a warning")
+    assert notes == ["Graph break from `Tensor.item()`", "not enough SMs to use max_autotune_gemm mode"]
+    assert capsys.readouterr().err == ""
+    assert [(lg.handlers, lg.propagate) for lg in loggers] == before
+
+
+def test_with_torch_logs_set_nothing_is_collected(monkeypatch):
+    monkeypatch.setenv("TORCH_LOGS", "graph_breaks")
+    handlers = logging.getLogger("torch._dynamo").handlers
+    with collect_compile_warnings() as notes:
+        assert logging.getLogger("torch._dynamo").handlers is handlers
+    assert notes == []
+
+
+def test_compile_note_is_one_line_or_none():
+    rows = [{"name": "ours (fused)", "compile_warnings": None},
+            {"name": "a (compiled)", "compile_warnings": []},
+            {"name": "b (compiled)", "compile_warnings": ["Graph break from `Tensor.item()`"]}]  # fmt: skip
+    assert compile_note(rows[:2]) is None
+    assert compile_note(rows) == (
+        "note: torch.compile ran part of b (compiled) eagerly (graph break from `Tensor.item()`); "
+        "TORCH_LOGS=graph_breaks shows where"
+    )

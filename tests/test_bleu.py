@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import math
 import os
 import random
 from pathlib import Path
@@ -288,8 +289,8 @@ def test_bad_max_order_raises():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((None, ["a cat"]), "hypotheses: expected a sequence with one entry per sentence, got None"),
-        ((["a cat"], None), "references: expected a sequence with one entry per sentence, got None"),
+        ((None, ["a cat"]), "hypotheses: expected a list of str, one per sentence, got None"),
+        ((["a cat"], None), r"references: expected a list with one entry per hypothesis \(a reference str or a list"),
         ((["a cat"], [None]), r"references\[0\]: expected a reference string or a list of them, got None"),
         (([None], ["a cat"]), r"hypotheses\[0\]: expected a str, got NoneType"),
     ],
@@ -304,3 +305,60 @@ def test_sentence_bleu_names_a_none_input():
         sentence_bleu(None, "a cat")
     with pytest.raises(TypeError, match="references: expected a reference string or a list of them, got None"):
         sentence_bleu("a cat", None)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (({"s1": "a cat"}, ["a cat"]),
+         r"hypotheses: expected a list of str, one per sentence, got dict \(pass list\(d.values\(\)\) for its"),
+        (({0: "a cat"}, ["a cat"]), "hypotheses: expected a list of str, one per sentence, got dict"),
+        (({"a cat"}, ["a cat"]), "hypotheses: expected a list of str, one per sentence, got set"),
+        ((5, ["a cat"]), "hypotheses: expected a list of str, one per sentence, got int"),
+        ((b"a cat", ["a cat"]), "hypotheses: expected a list of str, one per sentence, got bytes"),
+        (("a cat", ["a cat"]), r"hypotheses: expected a list of str, .*, got a single str \(wrap it in a list\)"),
+        ((["a cat"], {"s1": "a cat"}),
+         r"references: expected a list with one entry per hypothesis \(a reference str or a list of them\), got dict"),
+        ((["a cat"], 5), r"references: expected a list with one entry per hypothesis .*, got int"),
+        ((["a cat"], "a cat"), r"references: expected a list with one entry per hypothesis .*, got a single str"),
+        ((["a cat"], [5]), r"references\[0\]: expected a reference string or a list of them, got int"),
+        ((["a cat"], [{"r": "a cat"}]), r"references\[0\]: expected a reference string or a list of them, got dict"),
+        ((["a cat"], [[5]]), r"references\[0\]\[0\]: expected a str, got int"),
+        (([5], ["a cat"]), r"hypotheses\[0\]: expected a str, got int"),
+    ],
+)  # fmt: skip
+def test_corpus_bleu_says_what_it_expected_and_what_arrived(args, message):
+    with pytest.raises(TypeError, match=message):
+        corpus_bleu(*args)
+
+
+@pytest.mark.parametrize(
+    ("references", "message"),
+    [
+        (5, "references: expected a reference string or a list of them, got int"),
+        ({"r": "a cat"}, "references: expected a reference string or a list of them, got dict"),
+        ([5], r"references\[0\]: expected a str, got int"),
+    ],
+)
+def test_sentence_bleu_says_what_it_expected_and_what_arrived(references, message):
+    with pytest.raises(TypeError, match=message):
+        sentence_bleu("a cat", references)
+
+
+def test_a_generator_of_hypotheses_is_read_like_a_list():
+    lines = ["the cat sat on the mat", "a dog"]
+    assert corpus_bleu((h for h in lines), lines) == corpus_bleu(lines, lines)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"smooth": ["exp"]}, r"smooth must be one of .* got \['exp'\]"),
+        ({"smooth": "floor", "smooth_value": "0.1"}, "smooth_value must be a finite number >= 0 or None, got '0.1'"),
+        ({"smooth": "floor", "smooth_value": math.nan}, "smooth_value must be a finite number >= 0 or None, got nan"),
+        ({"smooth": "add-k", "smooth_value": -1}, "smooth_value must be a finite number >= 0 or None, got -1"),
+    ],
+)
+def test_bad_smoothing_options_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        corpus_bleu(["a cat"], ["a cat"], **kwargs)

@@ -18,6 +18,7 @@ from aiayn.decoding import (
     decode_sorted,
     gnmt_length_penalty,
     greedy_decode,
+    length_penalty_limit,
     sample,
 )
 from aiayn.loss import LabelSmoothingLoss
@@ -290,6 +291,148 @@ def test_bad_arguments_raise(call, message):
         call(random_model())
 
 
+DECODERS = {
+    "greedy_decode": lambda m, *a: greedy_decode(m, *a),
+    "beam_search": lambda m, *a: beam_search(m, *a, beam_size=2),
+    "sample": lambda m, *a: sample(m, *a, generator=torch.Generator().manual_seed(0)),
+}
+
+
+@pytest.mark.parametrize("decode", DECODERS.values(), ids=DECODERS.keys())
+@pytest.mark.parametrize(
+    ("bos_id", "eos_id", "message"),
+    [
+        (BOS, -1, r"eos_id must be a token id in \[0, 12\) \(the model's output vocabulary\), got -1"),
+        (BOS, V, r"eos_id must be a token id in \[0, 12\) \(the model's output vocabulary\), got 12"),
+        (BOS, 99, r"eos_id must be a token id in \[0, 12\) .*, got 99"),
+        (-1, EOS, r"bos_id must be a token id in \[0, 12\) \(the model's output vocabulary\), got -1"),
+        (V, EOS, r"bos_id must be a token id in \[0, 12\) .*, got 12"),
+        (1.0, EOS, r"bos_id must be an integer, got 1.0"),
+        (BOS, True, r"eos_id must be an integer, got True"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_refused(decode, bos_id, eos_id, message):
+    with pytest.raises(ValueError, match=message):
+        decode(random_model(), SRC, None, 5, bos_id, eos_id)
+
+
+def test_a_stand_in_model_without_a_vocabulary_size_still_refuses_negative_ids():
+    model = FixedLogits([0.0] * 5)  # its config has no tgt_vocab_size
+    with pytest.raises(ValueError, match=r"eos_id must be a token id >= 0, got -1"):
+        greedy_decode(model, SRC, None, 5, BOS, -1)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda m: greedy_decode(m, SRC[:0], None, 5, BOS, EOS), ValueError,
+         r"src: expected at least one sentence of at least one token, got shape \(0, 3\)"),
+        (lambda m: beam_search(m, SRC[:, :0], None, 5, BOS, EOS), ValueError,
+         r"src: expected at least one sentence of at least one token, got shape \(2, 0\)"),
+        (lambda m: greedy_decode(m, SRC.tolist(), None, 5, BOS, EOS), TypeError,
+         "src: expected a torch.Tensor of token ids, got list"),
+        (lambda m: sample(m, SRC.float(), None, 5, BOS, EOS), TypeError,
+         "src: expected an integer tensor of token ids"),
+        (lambda m: greedy_decode(m, SRC.to("meta"), None, 5, BOS, EOS), ValueError,
+         r"src is on meta but the model is on cpu: move it with src.to\('cpu'\)"),
+        (lambda m: greedy_decode(m, SRC, padding_mask(SRC, PAD).to("meta"), 5, BOS, EOS), ValueError,
+         "src_mask is on meta but the model is on cpu"),
+        (lambda m: greedy_decode(m, SRC, [[True] * 3] * 2, 5, BOS, EOS), TypeError,
+         r"src_mask: expected a boolean \(B, 1, 1, S\) torch.Tensor or None, got list"),
+        (lambda m: greedy_decode(m, SRC, None, "5", BOS, EOS), ValueError,
+         "max_len must be a positive integer .* got '5'"),
+        (lambda m: greedy_decode(m, SRC, None, 5.0, BOS, EOS), ValueError,
+         "max_len must be a positive integer .* got 5.0"),
+        (lambda m: greedy_decode(m, SRC, None, torch.tensor([2.0, 3.0]), BOS, EOS), ValueError,
+         r"max_len: expected one positive integer per sentence \(2\), got \[2.0, 3.0\]"),
+        (lambda m: beam_search(m, SRC, None, 5, BOS, EOS, beam_size=2.0), ValueError,
+         "beam_size must be a positive integer, got 2.0"),
+        (lambda m: beam_search(m, SRC, None, 5, BOS, EOS, length_penalty=math.inf), ValueError,
+         "length_penalty .* non-negative number, got inf"),
+        (lambda m: beam_search(m, SRC, None, 5, BOS, EOS, length_penalty=math.nan), ValueError,
+         "length_penalty .* non-negative number, got nan"),
+        (lambda m: beam_search(m, SRC, None, 5, BOS, EOS, length_penalty=1e308), ValueError,
+         r"length_penalty \(alpha\) 1e\+308 makes the penalty \(\(5 \+ L\) / 6\)\^alpha overflow torch.float32"),
+        (lambda m: sample(m, SRC, None, 5, BOS, EOS, temperature=True), ValueError,
+         "temperature must be a positive number, got True"),
+        (lambda m: sample(m, SRC, None, 5, BOS, EOS, temperature=math.inf), ValueError,
+         "temperature must be a positive number, got inf"),
+        (lambda m: sample(m, SRC, None, 5, BOS, EOS, top_p=math.nan), ValueError,
+         r"top_p must be in \(0, 1\] or None, got nan"),
+        (lambda m: sample(m, SRC, None, 5, BOS, EOS, generator=0), TypeError,
+         "generator: expected a torch.Generator or None, got int"),
+    ],
+)  # fmt: skip
+def test_careless_inputs_end_in_one_clear_error(call, error, message):
+    with pytest.raises(error, match=message):
+        call(random_model())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a second device")
+def test_a_generator_on_another_device_is_refused():
+    model = random_model().cuda()
+    with pytest.raises(ValueError, match=r"generator is on cpu but src is on cuda:0"):
+        sample(model, SRC.cuda(), None, 5, BOS, EOS, generator=torch.Generator())
+
+
+def test_length_penalty_limit_and_overflow():
+    assert length_penalty_limit(4999) == pytest.approx(13.19, abs=0.01)  # the command line's bound
+    assert length_penalty_limit(0) == math.inf
+    lengths = torch.tensor([1, 500])
+    assert torch.isfinite(gnmt_length_penalty(lengths, length_penalty_limit(500) - 0.01)).all()
+    message = r"overflow torch.float32 for an output of L = 500 tokens; use an alpha of at most 20.02"
+    with pytest.raises(ValueError, match=message):
+        gnmt_length_penalty(lengths, 20.1)
+    with pytest.raises(ValueError, match=r"overflow torch.float64 .* L = 1000000 tokens"):
+        gnmt_length_penalty(10**6, 100.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((3, "0.6"), ValueError, r"length_penalty \(alpha\) must be a finite number >= 0, got '0.6'"),
+        ((3, -0.5), ValueError, r"length_penalty \(alpha\) must be a finite number >= 0, got -0.5"),
+        ((3, math.nan), ValueError, r"length_penalty \(alpha\) must be a finite number >= 0, got nan"),
+        ((-1, 0.6), ValueError, "length must be an integer >= 0, got -1"),
+        ((2.5, 0.6), ValueError, "length must be an integer >= 0, got 2.5"),
+    ],
+)
+def test_gnmt_length_penalty_refuses_bad_arguments(args, error, message):
+    with pytest.raises(error, match=message):
+        gnmt_length_penalty(*args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"sources": "3 2"}, TypeError, "sources: expected a list of id sequences .* got str"),
+        ({"sources": torch.tensor([[3, 2]])}, TypeError, "sources: expected a list of id sequences .* got Tensor"),
+        ({"sources": [3, 2]}, TypeError, r"sources\[0\]: expected a list of integer token ids, got int"),
+        ({"sources": [[3.5, 2]]}, TypeError, r"sources\[0\]: expected integer token ids, got 3.5"),
+        ({"sources": [[3, 2], [True, 2]]}, TypeError, r"sources\[1\]: expected integer token ids, got True"),
+        ({"beam_size": 0}, ValueError, "beam_size must be an integer >= 1, got 0"),
+        ({"beam_size": 1, "length_penalty": math.inf}, ValueError, "must be a finite number >= 0, got inf"),
+        ({"beam_size": 1, "length_penalty": 14.0, "max_len_b": 5000}, ValueError,
+         r"overflow torch.float32 for an output of L = 4999 tokens; use an alpha of at most 13.19"),
+        ({"max_len_a": -1}, ValueError, "max_len_a must be a finite number >= 0, got -1"),
+        ({"max_len_a": math.nan}, ValueError, "max_len_a must be a finite number >= 0, got nan"),
+        ({"max_len_b": -100}, ValueError, "max_len_b must be an integer >= 0, got -100"),
+        ({"max_len_b": 2.5}, ValueError, "max_len_b must be an integer >= 0, got 2.5"),
+    ],
+)  # fmt: skip
+def test_decode_sorted_refuses_careless_inputs(kwargs, error, message):
+    kwargs = {"sources": [[3, 2]], **kwargs}
+    with pytest.raises(error, match=message):
+        decode_sorted(random_model(), bos_id=BOS, eos_id=EOS, **kwargs)
+
+
+def test_decode_sorted_takes_tensors_and_tuples_as_sources():
+    model = random_model()
+    lists = decode_sorted(model, [[3, 4, 2], [5, 2]], BOS, EOS, beam_size=1, max_len_b=3)
+    assert decode_sorted(model, [torch.tensor([3, 4, 2]), (5, 2)], BOS, EOS, beam_size=1, max_len_b=3) == lists
+    assert decode_sorted(model, [], BOS, EOS) == []
+
+
 def test_max_len_one_returns_bos_only():
     out = greedy_decode(random_model(), SRC, None, 1, BOS, EOS)
     assert torch.equal(out, torch.full((2, 1), BOS))
@@ -449,7 +592,7 @@ def test_decode_sorted_equals_greedy_on_one_unpadded_batch():
         (lambda m: greedy_decode(m, SRC, None, [3, 4, 5], BOS, EOS), ValueError, r"per sentence \(2\)"),
         (lambda m: beam_search(m, SRC, None, [3, 0], BOS, EOS), ValueError, r"per sentence .*\[3, 0\]"),
         (lambda m: decode_sorted(m, [[3, 2], []], BOS, EOS), ValueError, "sources must hold 1 to max_len=5000 ids"),
-        (lambda m: decode_sorted(m, [[3, 2]], BOS, EOS, batch_size=0), ValueError, "batch_size must be a positive"),
+        (lambda m: decode_sorted(m, [[3, 2]], BOS, EOS, batch_size=0), ValueError, "batch_size must be an integer >="),
         (
             lambda m: m.decode(m.encode(SRC), None, SRC[:, :1], cache=[]),
             TypeError,

@@ -6,17 +6,19 @@ The commands print one line ``error: ...`` and exit with status 2; ``--debug`` s
 from __future__ import annotations
 
 import gzip
+import math
 import time
 
 import pytest
 import torch
 
-from aiayn import bench
+from aiayn import bench, cli
 from aiayn import data as D
 from aiayn import evaluate as evaluate_cli
 from aiayn import train as train_cli
 from aiayn.attention import MultiHeadAttention
 from aiayn.batches import copy_task_batches
+from aiayn.decoding import gnmt_length_penalty, length_penalty_limit
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
@@ -60,13 +62,62 @@ def test_evaluate_function_rejects_a_limit_below_one(limit, tmp_path):
         ("--seq-len", "0", "argument --seq-len: expected an integer >= 1, got 0"),
         ("--max-tokens", "0", "argument --max-tokens: expected an integer >= 1, got 0"),
         ("--max-tokens", "10", "max_tokens must be an integer >= 34, got 10"),  # one pair of 16 + <eos>
-        ("--peak-tflops", "-1", "argument --peak-tflops: expected a number > 0, got -1"),
+        ("--peak-tflops", "-1", "argument --peak-tflops: expected a finite number > 0, got -1"),
+        ("--peak-tflops", "inf", "argument --peak-tflops: expected a finite number > 0, got inf"),
+        ("--peak-tflops", "nan", "argument --peak-tflops: expected a finite number > 0, got nan"),
+        ("--peak-tflops", "1e400", "argument --peak-tflops: expected a finite number > 0, got 1e400"),
+        ("--compile-backend", "nope", "compile_backend must be one of"),
         ("--steps", "x", "argument --steps: expected an integer >= 1, got 'x'"),
     ],
 )
 def test_bench_rejects_bad_sizes(flag, value, message, capsys):
     err = command_error(bench.main, ["--device", "cpu", flag, value], capsys)
     assert message in err
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400", "1e308", "-1"])
+def test_evaluate_refuses_a_length_penalty_that_is_not_a_finite_number_while_parsing(value, tmp_path, capsys):
+    err = command_error(evaluate_cli.main, [str(tmp_path / "no-run"), f"--length-penalty={value}"], capsys)
+    assert err.startswith(
+        f"error: argument --length-penalty: expected a length penalty alpha in [0, 13], got {value}"
+    )  # refused by its type: the run folder (which does not exist) is never looked at
+    assert err.endswith("(see python -m aiayn.evaluate --help)\n") and err.count("\n") == 1
+
+
+def _alpha_parser():
+    p = cli.parser("prog", "a test")
+    p.add_argument("--length-penalty", type=cli.length_penalty)
+    return p
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e308", "13.5", "-0.5"])
+def test_the_length_penalty_type_names_the_range_and_why(value, capsys):
+    err = command_error(lambda argv: cli.run(_alpha_parser(), argv, lambda args: None),
+                        ["--length-penalty", value], capsys)  # fmt: skip
+    assert err == (
+        f"error: argument --length-penalty: expected a length penalty alpha in [0, 13], got {value}: "
+        "beyond 13, the penalty ((5 + L) / 6)^alpha of a 5000-token output overflows float32 "
+        "(the paper uses 0.6) (see prog --help)\n"
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "0.6", "13"])
+def test_the_length_penalty_type_accepts_alphas_in_range(value):
+    assert _alpha_parser().parse_args(["--length-penalty", value]).length_penalty == float(value)
+
+
+def test_the_length_penalty_bound_keeps_the_penalty_finite_for_5000_tokens():
+    assert cli.MAX_LENGTH_PENALTY == math.floor(length_penalty_limit(4999))  # 5000 columns, <bos> first
+    alpha = float(cli.MAX_LENGTH_PENALTY)
+    assert torch.isfinite(gnmt_length_penalty(torch.arange(5000), alpha)).all()
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-minutes"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_train_refuses_non_finite_minutes_while_parsing(flag, value, tmp_path, capsys):
+    err = command_error(train_cli.main, ["--out", str(tmp_path / "run"), flag, value], capsys)
+    assert f"argument {flag}: expected a finite number > 0, got {value}" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_rejects_a_bad_device_and_unknown_arguments(tmp_path, capsys):

@@ -1,5 +1,9 @@
 """aiayn.source: the package's code shown on the page is the installed code, without its docstring, and fits."""
 
+import importlib
+import inspect
+import pkgutil
+
 import pytest
 
 from aiayn import source
@@ -48,10 +52,84 @@ def test_objects_outside_the_package_are_refused():
         show_source(_module_function)
 
 
-def test_lines_wider_than_the_code_box_are_refused(monkeypatch):
+def test_lines_wider_than_the_code_box_are_wrapped_for_display(monkeypatch):
     def wide():
-        return "................................................................................"
+        x = 1  # a comment that goes on and on, far past the edge of the code box on the website
+        assert x
+        return "a string that also goes on and on, far past the edge of the code box on the website"
 
     monkeypatch.setattr(wide, "__module__", "aiayn.fake")
-    with pytest.raises(ValueError, match=r"lines must fit 77 characters.*line 2 \(93 chars\)"):
-        show_source(wide)
+    lines = show_source(wide).code.splitlines()
+    assert all(len(line) <= source.WIDTH for line in lines)
+    assert lines == [
+        "def wide():",
+        "    x = 1  # a comment that goes on and on, far past the edge of the code \\",
+        "        # box on the website",
+        "    assert x",
+        '    return "a string that also goes on and on, far past the edge of the \\',
+        '        code box on the website"',
+    ]
+
+
+def test_code_that_fits_is_shown_as_it_is():
+    code = "def f(x):\n    return x  # short\n"
+    assert source.wrap_code(code) is code
+
+
+def test_wrapping_keeps_the_indentation_and_marks_every_cut():
+    line = "        " + " ".join(f"word{i}" for i in range(40))
+    lines = source.wrap_code(line + "\n", width=40).splitlines()
+    assert all(len(x) <= 40 for x in lines) and len(lines) > 5
+    assert all(x.endswith(" \\") for x in lines[:-1]) and not lines[-1].endswith("\\")
+    assert all(x.startswith(" " * 12) for x in lines[1:])  # four spaces deeper than the line
+    words = " ".join(x.strip().removesuffix("\\") for x in lines).split()
+    assert words == line.split()  # nothing lost, nothing added
+
+
+def test_a_word_longer_than_the_box_is_cut_inside():
+    lines = source.wrap_code("x = '" + "y" * 100 + "'\n").splitlines()
+    assert all(len(x) <= source.WIDTH for x in lines)
+    assert len(lines) == 3 and lines[0] == "x = \\"  # the last space first, then inside the word
+    assert "".join(x.strip().removesuffix(" \\") for x in lines[1:]) == "'" + "y" * 100 + "'"
+
+
+def test_a_space_inside_an_f_string_field_is_cut_only_when_there_is_no_other():
+    code = 'f"some words before the field and then {a + b} and more words after it, enough to wrap"\n'
+    first = source.wrap_code(code, width=50).splitlines()[0]
+    assert first.count("{") == first.count("}")
+
+
+def test_wrap_code_refuses_a_box_too_narrow():
+    with pytest.raises(ValueError, match="width must be an integer >= 20, got 5"):
+        source.wrap_code("x = 1\n", width=5)
+
+
+def _public_objects():
+    import aiayn
+
+    names = ["aiayn", *(m.name for m in pkgutil.walk_packages(aiayn.__path__, "aiayn."))]
+    for module_name in names:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", []):
+            obj = getattr(module, name)
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                yield f"{module_name}.{name}", obj
+
+
+PUBLIC = dict(_public_objects())
+
+
+def test_every_public_object_is_walked():
+    assert len(PUBLIC) > 150 and "aiayn.attention.MultiHeadAttention" in PUBLIC
+
+
+@pytest.mark.parametrize("docstring", [False, True], ids=["code", "with docstring"])
+def test_every_public_object_of_the_package_can_be_shown(docstring):
+    wide = {}
+    for name, obj in PUBLIC.items():
+        block = show_source(obj, docstring=docstring)
+        assert block.code.strip(), name
+        lines = [line for line in block.code.splitlines() if len(line) > source.WIDTH]
+        if lines:
+            wide[name] = lines
+    assert not wide, wide

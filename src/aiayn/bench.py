@@ -31,7 +31,8 @@ pairs of ``seq_len / 2 .. seq_len`` tokens stand in, and every row says ``data: 
 alone (the device synchronised around it). The first step of each new batch shape is the warm-up:
 kernels chosen and plans built for that shape, and for the compiled contenders the compilation
 itself. Their number, median time and the time they took beyond a steady step (``warmup_extra_s``;
-the compile time for compiled contenders) are reported apart. Then one steady pass over the same
+the compile time for compiled contenders) are reported apart; what ``torch.compile`` warns of
+(graph breaks: parts of the step it runs eagerly) comes in one line under the table. Then one steady pass over the same
 batches (every shape seen before) is timed as a whole, synchronised only at its start and end:
 target tokens per second, milliseconds per step, achieved TFLOP/s and MFU come from it.
 
@@ -71,12 +72,15 @@ decreases, so it compares contenders only when a later one needs more than every
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import logging
+import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +125,8 @@ __all__ = [
     "ALL_CONTENDERS",
     "run_bench",
     "format_table",
+    "collect_compile_warnings",
+    "compile_note",
     "main",
 ]
 
@@ -458,6 +464,70 @@ def _train_passes(
     }
 
 
+# The loggers torch.compile reports through: graph breaks, recompilations, fallbacks to eager.
+COMPILE_LOGGERS = ("torch._dynamo", "torch._inductor")
+
+
+class _Collect(logging.Handler):
+    """Keeps the first line of each warning (without torch's advice), once."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.notes: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lines = record.getMessage().strip().splitlines() or [""]
+        note = lines[0].split(", consider setting")[0].rstrip(" :")
+        if note and note not in self.notes:
+            self.notes.append(note)
+
+
+@contextlib.contextmanager
+def collect_compile_warnings() -> Iterator[list[str]]:
+    """Collect what ``torch.compile`` logs inside the block instead of printing it.
+
+    torch._dynamo and torch._inductor write each warning (a graph break, a recompilation limit,
+    a fallback to eager) as a block of a dozen lines to stderr. Inside the block they go to the
+    list this yields instead, one short line each, without repeats; the caller reports them in
+    one line. With ``TORCH_LOGS`` set (``TORCH_LOGS=graph_breaks`` shows where a graph broke)
+    nothing is collected: the logs print as the variable asks.
+
+        with collect_compile_warnings() as notes:
+            step(batch)  # compiles
+        notes            # ["Graph break from `Tensor.item()`"]
+    """
+    collect = _Collect()
+    if os.environ.get("TORCH_LOGS"):
+        yield collect.notes
+        return
+    loggers = [logging.getLogger(name) for name in COMPILE_LOGGERS]
+    saved = [(lg.handlers, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        lg.handlers, lg.propagate = [collect], False
+    try:
+        yield collect.notes
+    finally:
+        for lg, (handlers, propagate) in zip(loggers, saved, strict=True):
+            lg.handlers, lg.propagate = handlers, propagate
+
+
+def compile_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """One line naming the compiled contenders that fell back to eager for part of a step, or ``None``."""
+    hit = [r for r in rows if r.get("compile_warnings")]
+    if not hit:
+        return None
+    names = ", ".join(r["name"] for r in hit)
+    notes = "; ".join(
+        dict.fromkeys(
+            n[:1].lower() + n[1:] for r in hit for n in r["compile_warnings"]
+        )
+    )
+    return (
+        f"note: torch.compile ran part of {names} eagerly ({notes}); "
+        "TORCH_LOGS=graph_breaks shows where"
+    )
+
+
 def _contender(name: str, base: Transformer, backend: str) -> nn.Module:
     """A fresh copy of ``base`` as contender ``name`` (on the CPU)."""
     if name.startswith("nn.Transformer"):
@@ -515,13 +585,16 @@ def run_bench(
         data: ``"auto"`` (Multi30k when found, else synthetic), ``"multi30k"`` or ``"synthetic"``.
         root: the Multi30k folder (default ``$AIAYN_DATA``).
         ops: count the ATen ops of one step per eager contender (``count_step_ops``).
-        compile_backend: ``torch.compile``'s backend for the compiled contenders.
+        compile_backend: ``torch.compile``'s backend for the compiled contenders (``"eager"``
+            traces the graphs without generating code: quick, for tests).
 
     Returns:
         Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens, steady), ``step_ms``
         (steady), ``first_shape_steps``, ``first_shape_ms`` (median), ``warmup_extra_s``,
         ``warmup_s`` (the warm-up passes in all), ``ops_per_step``, ``tflops``, ``mfu``
-        (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), ``data``, sizes, device.
+        (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), ``data``, sizes, device,
+        ``compile_warnings`` (compiled contenders: what ``torch.compile`` warned of, one line each,
+        see ``collect_compile_warnings``; else ``None``).
     """
     device = resolve_device(device)
     unknown = [c for c in contenders if c not in ALL_CONTENDERS]
@@ -529,6 +602,14 @@ def run_bench(
         raise ValueError(
             f"unknown contenders {unknown}; choose from {list(ALL_CONTENDERS)}"
         )
+    if any("compiled" in c for c in contenders):
+        from torch._dynamo import list_backends
+
+        backends = list_backends(exclude_tags=())
+        if compile_backend not in backends:
+            raise ValueError(
+                f"compile_backend must be one of {backends}, got {compile_backend!r}"
+            )
     if data not in ("auto", "multi30k", "synthetic"):
         raise ValueError(
             f"data must be 'auto', 'multi30k' or 'synthetic', got {data!r}"
@@ -630,9 +711,15 @@ def run_bench(
                 model, backend=compile_backend, dynamic=True
             )
         torch.manual_seed(seed)  # the same dropout draws for every contender
-        timing = _train_passes(
-            model, batches, size["warmup"], amp_dtype, device
+        collect = (
+            collect_compile_warnings()
+            if compiled
+            else contextlib.nullcontext([])
         )
+        with collect as compile_warnings:  # compiled on the first step
+            timing = _train_passes(
+                model, batches, size["warmup"], amp_dtype, device
+            )
         seconds = timing["steady_s"]
         step_s = seconds / len(batches)
         first = timing["first"]
@@ -647,6 +734,7 @@ def run_bench(
             "warmup_extra_s": sum(first) - len(first) * step_s if first else None,
             "warmup_s": sum(first) + sum(timing["repeat"]),
             "ops_per_step": None if count is None else count["total"],
+            "compile_warnings": list(compile_warnings) if compiled else None,
             "tflops": achieved / 1e12,
             "mfu": achieved / (peak * 1e12) if peak else None,
             "peak_mem_mib": _peak_memory_mib(device),
@@ -726,6 +814,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the device's peak, for MFU",
     )
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile's backend for the compiled contenders (eager: trace only)")  # fmt: skip
     p.add_argument(
         "--threads",
         type=cli.positive_int,
@@ -764,7 +854,7 @@ def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = run_bench(
         args.device, **sizes, steps=args.steps, warmup=args.warmup, dropout=args.dropout,
         amp=False if amp is None else amp, peak=args.peak_tflops, contenders=args.contenders,
-        data=args.data, root=args.root, ops=not args.no_ops,
+        data=args.data, root=args.root, ops=not args.no_ops, compile_backend=args.compile_backend,
     )  # fmt: skip
     r = rows[0]
     print(
@@ -774,6 +864,9 @@ def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         f"timed step by step, then one steady pass; peak {r['peak_tflops'] or 'unknown'} TFLOP/s\n"
     )
     print(format_table(rows))
+    note = compile_note(rows)
+    if note:
+        print(note)
     if args.json is not None:
         atomic_write(args.json, json.dumps(rows, indent=2) + "\n")
     return rows

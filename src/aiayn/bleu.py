@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 __all__ = [
@@ -228,6 +228,57 @@ def _check_text(value: object, what: str) -> str:
     return value
 
 
+def _kind(value: object) -> str:
+    """What arrived, for an error message: ``None``, ``a single str``, ``dict``, ..."""
+    if value is None:
+        return "None"
+    if isinstance(value, str):
+        return "a single str"
+    return type(value).__name__
+
+
+def _unordered(value: object) -> bool:
+    """A value whose iteration is no list of sentences: a dict (its keys), a set (no order), bytes."""
+    return isinstance(value, (Mapping, Set, str, bytes, bytearray))
+
+
+def _sentences(value: object, name: str) -> list:
+    """``hypotheses`` or ``references`` as a list, one entry per sentence; a ``TypeError`` otherwise."""
+    if name == "hypotheses":
+        wanted = "a list of str, one per sentence"
+    else:
+        wanted = (
+            "a list with one entry per hypothesis (a reference str or a "
+            "list of them)"
+        )
+    if _unordered(value) or not isinstance(value, Iterable):
+        hint = {
+            "a single str": " (wrap it in a list)",
+            "dict": " (pass list(d.values()) for its values)",
+        }.get(_kind(value), "")
+        raise TypeError(
+            f"{name}: expected {wanted}, got {_kind(value)}{hint}"
+        )
+    return list(value)
+
+
+def _references(value: object, name: str) -> list[str]:
+    """One sentence's references as a non-empty list of str: a str alone becomes ``[str]``."""
+    if isinstance(value, str):
+        return [value]
+    if _unordered(value) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{name}: expected a reference string or a list of them, "
+            f"got {_kind(value)}"
+        )
+    refs = list(value)
+    if not refs:
+        raise ValueError(
+            f"{name}: expected at least one reference string, got none"
+        )
+    return [_check_text(ref, f"{name}[{j}]") for j, ref in enumerate(refs)]
+
+
 def _prepare(text: str, lowercase: bool) -> str:
     return tokenize_13a((text.lower() if lowercase else text).rstrip())
 
@@ -240,13 +291,19 @@ def _check_options(
         raise ValueError(
             f"max_order must be a positive integer, got {max_order!r}"
         )
-    if smooth not in SMOOTHING_METHODS:
+    if not isinstance(smooth, str) or smooth not in SMOOTHING_METHODS:
         raise ValueError(
             f"smooth must be one of {sorted(SMOOTHING_METHODS)}, got {smooth!r}"
         )
-    if smooth_value is not None and smooth_value < 0:
+    is_number = isinstance(smooth_value, (int, float)) and not isinstance(
+        smooth_value, bool
+    )
+    if smooth_value is not None and not (
+        is_number and 0 <= smooth_value < math.inf
+    ):
         raise ValueError(
-            f"smooth_value must be non-negative, got {smooth_value!r}"
+            "smooth_value must be a finite number >= 0 or None, "
+            f"got {smooth_value!r}"
         )
 
 
@@ -280,24 +337,8 @@ def corpus_bleu(
         A ``BLEUResult``.
     """
     _check_options(max_order, smooth, smooth_value)
-    inputs = {"hypotheses": hypotheses, "references": references}
-    for name, value in inputs.items():
-        if value is None:
-            raise TypeError(
-                f"{name}: expected a sequence with one entry per sentence, "
-                "got None"
-            )
-    if isinstance(hypotheses, str):
-        raise TypeError(
-            "hypotheses: expected a sequence of str, got a single str "
-            "(wrap it in a list)"
-        )
-    if isinstance(references, str):
-        raise TypeError(
-            "references: expected a sequence with one entry per hypothesis, "
-            "got a single str"
-        )
-    hypotheses, references = list(hypotheses), list(references)
+    hypotheses = _sentences(hypotheses, "hypotheses")
+    references = _sentences(references, "references")
     if len(hypotheses) != len(references):
         raise ValueError(
             "expected one entry of references per hypothesis, "
@@ -314,21 +355,7 @@ def corpus_bleu(
     pairs = zip(hypotheses, references, strict=True)
     for i, (hyp, refs) in enumerate(pairs):
         hyp = _check_text(hyp, f"hypotheses[{i}]")
-        if refs is None:
-            raise TypeError(
-                f"references[{i}]: expected a reference string or a list "
-                "of them, got None"
-            )
-        refs = [refs] if isinstance(refs, str) else list(refs)
-        if not refs:
-            raise ValueError(
-                f"references[{i}]: expected at least one reference string, "
-                "got none"
-            )
-        refs = [
-            _check_text(ref, f"references[{i}][{j}]")
-            for j, ref in enumerate(refs)
-        ]
+        refs = _references(refs, f"references[{i}]")
         hyp = _prepare(hyp, lowercase)
         refs = [_prepare(ref, lowercase) for ref in refs]
         c, r, matches, ngrams = _sentence_stats(hyp, refs, max_order)
@@ -364,11 +391,6 @@ def sentence_bleu(
         A ``BLEUResult``.
     """
     _check_text(hypothesis, "hypothesis")
-    if references is None:
-        raise TypeError(
-            "references: expected a reference string or a list of them, "
-            "got None"
-        )
-    refs = [references] if isinstance(references, str) else list(references)
+    refs = _references(references, "references")
     options = (max_order, smooth, smooth_value, lowercase)
     return corpus_bleu([hypothesis], [refs], *options, effective_order=True)

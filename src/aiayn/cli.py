@@ -9,6 +9,7 @@ an unexpected failure prints one line too and exits with 1. ``--debug`` shows th
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -113,19 +114,53 @@ def _int(text: str, minimum: int) -> int:
 
 
 def positive_float(text: str) -> float:
-    """An argparse type: a number > 0."""
-    return _number(text, float, "a number > 0", lambda v: v > 0, echo=True)
+    """An argparse type: a finite number > 0."""
+    return _number(
+        text,
+        float,
+        "a finite number > 0",
+        lambda v: 0 < v < math.inf,
+        echo=True,
+    )
 
 
 def nonnegative_float(text: str) -> float:
-    """An argparse type: a number >= 0."""
-    return _number(text, float, "a number >= 0", lambda v: v >= 0, echo=True)
+    """An argparse type: a finite number >= 0."""
+    return _number(
+        text,
+        float,
+        "a finite number >= 0",
+        lambda v: 0 <= v < math.inf,
+        echo=True,
+    )
 
 
-def _number(text, parse, expected, ok, echo=False):
+# Outputs are at most TransformerConfig's default max_len (5000) columns long: α up to this keeps
+# beam search's length penalty ((5 + L) / 6)^α finite in float32 for all of them (13.19 there).
+MAX_LENGTH_PENALTY = 13
+
+
+def length_penalty(text: str) -> float:
+    """An argparse type: α of the GNMT length penalty, in [0, ``MAX_LENGTH_PENALTY``]."""
+    why = (
+        f": beyond {MAX_LENGTH_PENALTY}, the penalty ((5 + L) / 6)^alpha of "
+        "a 5000-token output overflows float32 (the paper uses 0.6)"
+    )
+    return _number(
+        text,
+        float,
+        f"a length penalty alpha in [0, {MAX_LENGTH_PENALTY}]",
+        lambda v: 0 <= v <= MAX_LENGTH_PENALTY,
+        echo=True,
+        why=why,
+    )
+
+
+def _number(text, parse, expected, ok, echo=False, why=""):
     """Parse ``text``; refuse it as ``expected`` when it does not parse or ``ok`` says no.
 
-    The refusal shows the value read, or the text as typed when ``echo`` (floats: ``nan``).
+    The refusal shows the value read, or the text as typed when ``echo`` (floats: ``nan``,
+    ``1e400``), then ``why``. ``ok`` compares, and every comparison with ``nan`` is false.
     """
     try:
         value = parse(text)
@@ -135,5 +170,7 @@ def _number(text, parse, expected, ok, echo=False):
         ) from None
     if not ok(value):
         shown = text if echo else value
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {shown}")
+        raise argparse.ArgumentTypeError(
+            f"expected {expected}, got {shown}{why}"
+        )
     return value

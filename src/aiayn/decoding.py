@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_token_dtype
+from .checks import check_int, check_token_dtype
 from .layers import DecoderCache
 from .masks import decoder_mask, padding_mask
 
@@ -43,6 +44,7 @@ __all__ = [
     "BeamSearchOutput",
     "sample",
     "gnmt_length_penalty",
+    "length_penalty_limit",
     "decode_sorted",
 ]
 
@@ -64,6 +66,28 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def _check_token_id(name: str, value: object, model: nn.Module) -> None:
+    """Raise a ``ValueError`` unless ``value`` is an id of the output vocabulary, in [0, V)."""
+    check_int(name, value)
+    V = getattr(model.config, "tgt_vocab_size", None)  # None: a stand-in
+    if value < 0 or (V is not None and value >= V):
+        where = (
+            f"in [0, {V}) (the model's output vocabulary)" if V else ">= 0"
+        )
+        raise ValueError(f"{name} must be a token id {where}, got {value}")
+
+
+def _check_device(name: str, tensor: torch.Tensor, model: nn.Module) -> None:
+    """Raise a ``ValueError`` when ``tensor`` is not on the device of the model's weights."""
+    parameters = getattr(model, "parameters", None)
+    weight = next(parameters(), None) if callable(parameters) else None
+    if weight is not None and tensor.device != weight.device:
+        raise ValueError(
+            f"{name} is on {tensor.device} but the model is on "
+            f"{weight.device}: move it with {name}.to({str(weight.device)!r})"
+        )
+
+
 def _check_common(
     model: nn.Module,
     src: torch.Tensor,
@@ -82,12 +106,21 @@ def _check_common(
         raise ValueError(
             f"src: expected shape (B, S) of token ids, got {tuple(src.shape)}"
         )
+    if src.size(0) == 0 or src.size(1) == 0:
+        raise ValueError(
+            "src: expected at least one sentence of at least one token, "
+            f"got shape {tuple(src.shape)}"
+        )
+    _check_device("src", src, model)
     limits = None
-    if isinstance(max_len, (torch.Tensor, Sequence)):
+    if isinstance(max_len, (torch.Tensor, Sequence)) and not isinstance(
+        max_len, str
+    ):
         if isinstance(max_len, torch.Tensor):
             values = max_len.tolist()
         else:
             values = list(max_len)
+        values = values if isinstance(values, list) else [values]
         ok = all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 1
             for v in values
@@ -103,6 +136,8 @@ def _check_common(
         raise ValueError(
             f"max_len must be a positive integer (the output length, <bos> included), got {max_len!r}"
         )
+    _check_token_id("bos_id", bos_id, model)
+    _check_token_id("eos_id", eos_id, model)
     pad_id = model.config.pad_id
     if bos_id == pad_id:
         raise ValueError(
@@ -144,6 +179,13 @@ def _start(
     bos_id: int,
 ):
     """Encode the source once and build the ``(B, 1)`` prefix of ``<bos>``."""
+    if isinstance(src_mask, torch.Tensor):
+        _check_device("src_mask", src_mask, model)
+    elif src_mask is not None:
+        raise TypeError(
+            "src_mask: expected a boolean (B, 1, 1, S) torch.Tensor or None, "
+            f"got {type(src_mask).__name__}"
+        )
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)  # (B, S, d_model)
@@ -269,8 +311,7 @@ def sample(
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
     """
-    is_number = isinstance(temperature, (int, float))
-    if not (is_number and temperature > 0 and math.isfinite(temperature)):
+    if not (_is_number(temperature) and 0 < temperature < math.inf):
         raise ValueError(
             f"temperature must be a positive number, got {temperature!r}"
         )
@@ -279,9 +320,20 @@ def sample(
         raise ValueError(
             f"top_k must be a positive integer or None, got {top_k!r}"
         )
-    is_number = isinstance(top_p, (int, float))
-    if top_p is not None and not (is_number and 0 < top_p <= 1):
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(
+                "generator: expected a torch.Generator or None, "
+                f"got {type(generator).__name__}"
+            )
+        device = src.device if isinstance(src, torch.Tensor) else None
+        if device is not None and generator.device.type != device.type:
+            raise ValueError(
+                f"generator is on {generator.device} but src is on {device}: "
+                f"make it with torch.Generator(device={str(device)!r})"
+            )
 
     def choose(logits: torch.Tensor) -> torch.Tensor:
         logits = logits / temperature  # (B, V)
@@ -301,11 +353,62 @@ def sample(
 # --- Beam search ----------------------------------------------------------------------------------
 
 
+def _is_number(value: object) -> bool:
+    """A real number that is not a bool (``True`` is an int in Python)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def length_penalty_limit(
+    length: int, dtype: torch.dtype = torch.float32
+) -> float:
+    """The largest α for which ((5 + L) / 6)^α stays finite in ``dtype`` for every L <= ``length``.
+
+    Beam search divides by the penalty in float32: a larger α makes the penalty of a long output
+    infinite and its score 0, the best there is, so long outputs would win whatever their words.
+    """
+    check_int("length", length, minimum=0)
+    if length == 0:
+        return math.inf
+    return math.log(torch.finfo(dtype).max) / math.log((5 + length) / 6)
+
+
 def gnmt_length_penalty(
     length: torch.Tensor | int, alpha: float
 ) -> torch.Tensor | float:
-    """The length penalty of Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6)^α; α = 0 turns it off."""
-    return ((5 + length) / 6) ** alpha
+    """The length penalty of Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6)^α; α = 0 turns it off.
+
+    Raises a ``ValueError`` when α is not a finite number >= 0, and when the penalty overflows
+    (see ``length_penalty_limit``) rather than return infinity.
+    """
+    if not (_is_number(alpha) and 0 <= alpha < math.inf):
+        raise ValueError(
+            "length_penalty (alpha) must be a finite number >= 0, "
+            f"got {alpha!r}"
+        )
+    if not isinstance(length, torch.Tensor):
+        check_int("length", length, minimum=0)
+        try:
+            return ((5 + length) / 6) ** alpha
+        except OverflowError:
+            raise ValueError(
+                _overflow(alpha, length, torch.float64)
+            ) from None
+    lp = ((5 + length) / 6) ** alpha
+    # below this α even the longest int64 length cannot overflow: no check,
+    # so no device synchronisation, for the α anyone uses
+    safe = math.log(torch.finfo(lp.dtype).max) / math.log((5 + 2**63) / 6)
+    if alpha > safe and not torch.isfinite(lp).all():
+        raise ValueError(_overflow(alpha, int(length.max()), lp.dtype))
+    return lp
+
+
+def _overflow(alpha: float, length: int, dtype: torch.dtype) -> str:
+    limit = length_penalty_limit(length, dtype)
+    return (
+        f"length_penalty (alpha) {alpha!r} makes the penalty "
+        f"((5 + L) / 6)^alpha overflow {dtype} for an output of L = "
+        f"{length} tokens; use an alpha of at most {limit:.2f}"
+    )
 
 
 class BeamSearchOutput(NamedTuple):
@@ -440,6 +543,34 @@ def beam_search(
 # --- Many sentences, batched by length ------------------------------------------------------------
 
 
+def _check_sources(sources: object) -> list[list[int]]:
+    """``sources`` as lists of ids; a ``TypeError`` for anything but sequences of integer ids."""
+    if isinstance(sources, (str, bytes, torch.Tensor)) or not isinstance(
+        sources, Sequence
+    ):
+        raise TypeError(
+            "sources: expected a list of id sequences (one list of ints per "
+            f"sentence), got {type(sources).__name__}"
+        )
+    out = []
+    for i, ids in enumerate(sources):
+        if isinstance(ids, torch.Tensor):
+            check_token_dtype(ids, f"sources[{i}]")
+            ids = ids.tolist() if ids.dim() == 1 else ids
+        if not isinstance(ids, Sequence) or isinstance(ids, (str, bytes)):
+            raise TypeError(
+                f"sources[{i}]: expected a list of integer token ids, "
+                f"got {type(ids).__name__}"
+            )
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise TypeError(
+                    f"sources[{i}]: expected integer token ids, got {t!r}"
+                )
+        out.append([int(t) for t in ids])
+    return out
+
+
 def decode_sorted(
     model: nn.Module,
     sources: Sequence[Sequence[int]],
@@ -475,20 +606,25 @@ def decode_sorted(
     Returns:
         One list of ids per source: ``<bos>`` first, up to ``<eos>`` included, no padding.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+    sources = _check_sources(sources)
+    check_int("beam_size", beam_size, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
+    if not (_is_number(max_len_a) and 0 <= max_len_a < math.inf):
         raise ValueError(
-            f"batch_size must be a positive integer, got {batch_size!r}"
+            f"max_len_a must be a finite number >= 0, got {max_len_a!r}"
         )
-    if batch_size < 1:
-        raise ValueError(
-            f"batch_size must be a positive integer, got {batch_size!r}"
-        )
+    check_int("max_len_b", max_len_b, minimum=0)
     lengths = [len(s) for s in sources]
     limit = model.config.max_len
     if any(n < 1 or n > limit for n in lengths):
         raise ValueError(
             f"sources must hold 1 to max_len={limit} ids each, got lengths from {min(lengths)} to {max(lengths)}"
         )
+    # alpha is checked as beam search will use it, on the longest output it
+    # allows (greedy decoding too: a bad alpha never passes unnoticed)
+    S = max(lengths, default=1)
+    longest = min(int(max_len_a * S + max_len_b), limit - 1)
+    gnmt_length_penalty(torch.tensor([longest]), length_penalty)
     pad_id = model.config.pad_id
     device = next(model.parameters()).device
     order = sorted(range(len(sources)), key=lambda i: lengths[i])
@@ -498,7 +634,7 @@ def decode_sorted(
         S = max(lengths[i] for i in chunk)
         src = torch.full((len(chunk), S), pad_id, dtype=torch.long)  # (B, S)
         for row, i in enumerate(chunk):
-            src[row, : lengths[i]] = torch.as_tensor(list(sources[i]))
+            src[row, : lengths[i]] = torch.as_tensor(sources[i])
         src = src.to(device)
         limits = [
             min(int(max_len_a * lengths[i] + max_len_b) + 1, limit)

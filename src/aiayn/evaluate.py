@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--length-penalty",
-        type=cli.nonnegative_float,
+        type=cli.length_penalty,
         default=None,
         help="alpha (default: the run's)",
     )

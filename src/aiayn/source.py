@@ -3,16 +3,22 @@
 A chapter calls ``show_source(MultiHeadAttention.forward)``; the notebook stores the code as a highlighted
 Markdown block, so the website shows exactly what ``aiayn`` runs. nbval re-runs the cell, and a test in
 ``tests/test_book.py`` re-reads every shown block, so a block that no longer matches the package fails.
+
+A line wider than the code box (``WIDTH``) is wrapped for display (``wrap_code``): it is cut at its last
+space (outside ``{...}`` when it can) that leaves room for a ``\\`` marker, and goes on below, indented four
+more spaces (a comment goes on as a comment). Code that fits is shown as it is.
 """
 
 from __future__ import annotations
 
 import inspect
+import io
 import textwrap
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SourceBlock", "show_source", "source_of", "WIDTH"]
+__all__ = ["SourceBlock", "show_source", "source_of", "wrap_code", "WIDTH"]
 
 WIDTH = 77
 """The widest line a code box on the website holds at 1280 px (the theme's font): shown code must fit."""
@@ -85,8 +91,90 @@ class SourceBlock:
         return f"# {self.name}, from {self.path}\n{self.code}"
 
 
+MARKER = " \\"
+"""Ends a wrapped line's first part: a backslash, as Python's own line continuation."""
+
+
+def _comment_columns(code: str) -> dict[int, int]:
+    """The column where a comment starts, per line (1-based) that has one; empty if ``code`` does not tokenize."""
+    columns = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type == tokenize.COMMENT:
+                columns[token.start[0]] = token.start[1]
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return columns
+
+
+def _cut(line: str, indent: int, room: int) -> int:
+    """Where to cut ``line`` so that at most ``room`` characters stay: its last space outside braces.
+
+    A space inside ``{...}`` (an f-string's replacement field, where a line may not be broken)
+    is taken only when there is no other; with no space at all, the cut falls inside a word.
+    """
+    spaces, depth = [], 0
+    for i, char in enumerate(line[: room + 1]):
+        depth += (char == "{") - (char == "}")
+        if char == " " and i > indent + 1:
+            spaces.append((depth <= 0, i))
+    return max(spaces)[1] if spaces else room
+
+
+def _wrap_line(line: str, width: int, comment_at: int | None) -> list[str]:
+    """Cut ``line`` into pieces of at most ``width`` characters, each but the last ending in ``MARKER``."""
+    indent = len(line) - len(line.lstrip())
+    pieces = []
+    while len(line) > width:
+        cut = _cut(line, indent, width - len(MARKER))
+        head, rest = line[:cut].rstrip(), line[cut:].lstrip()
+        pieces.append(head + MARKER)
+        in_comment = comment_at is not None and cut > comment_at
+        prefix = " " * min(indent + 4, width // 2) + (
+            "# " if in_comment else ""
+        )
+        line, indent = prefix + rest, len(prefix)
+        comment_at = len(prefix) - 2 if in_comment else None
+    return [*pieces, line]
+
+
+def wrap_code(code: str, width: int = WIDTH) -> str:
+    """Wrap the lines of ``code`` wider than ``width`` for display; lines that fit are left alone.
+
+    A wide line is cut at its last space that leaves room for the marker `` \\`` (or inside a
+    word if there is none) and goes on below, indented four spaces more than it; a comment goes
+    on as a comment (``# ``). So nothing is cut off and the reader sees where a line goes on.
+
+    Args:
+        code: source text.
+        width: the widest line shown, ``WIDTH`` by default.
+
+    Returns:
+        ``code`` with every line at most ``width`` characters long.
+    """
+    if isinstance(width, bool) or not isinstance(width, int) or width < 20:
+        raise ValueError(f"width must be an integer >= 20, got {width!r}")
+    lines = code.splitlines(keepends=True)
+    if all(len(line.rstrip("\n")) <= width for line in lines):
+        return code
+    comments = _comment_columns(code)
+    out = []
+    for n, line in enumerate(lines, 1):
+        text = line.rstrip("\n")
+        end = line[len(text) :]
+        if len(text) <= width:
+            out.append(line)
+            continue
+        wrapped = _wrap_line(text, width, comments.get(n))
+        out.append("\n".join(wrapped) + end)
+    return "".join(out)
+
+
 def show_source(obj: object, docstring: bool = False) -> SourceBlock:
     """Return ``obj``'s installed source as a block that notebooks render as highlighted code.
+
+    Lines wider than ``WIDTH`` are wrapped for display (``wrap_code``); code that fits is shown
+    exactly as it is.
 
     Args:
         obj: a function, class or method defined in ``aiayn``.
@@ -94,20 +182,9 @@ def show_source(obj: object, docstring: bool = False) -> SourceBlock:
 
     Raises:
         TypeError: ``obj`` is not defined in the aiayn package.
-        ValueError: a line is wider than ``WIDTH`` characters, so it would be cut off on the website.
     """
     name = _qualified_name(obj)
-    code = source_of(obj, docstring=docstring)
-    wide = [
-        (i, len(line))
-        for i, line in enumerate(code.splitlines(), 1)
-        if len(line) > WIDTH
-    ]
-    if wide:
-        where = ", ".join(f"line {i} ({n} chars)" for i, n in wide[:5])
-        raise ValueError(
-            f"show_source({name}): lines must fit {WIDTH} characters to show on the website; {where}"
-        )
+    code = wrap_code(source_of(obj, docstring=docstring))
     path = Path(inspect.getsourcefile(obj)).resolve()
     try:
         rel = f"aiayn/{path.relative_to(_PACKAGE_ROOT).as_posix()}"
