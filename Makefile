@@ -34,8 +34,8 @@ book: $(STAMP) assets
 	$(VENV)/bin/jupyter-book build .
 	@echo "Open $(CURDIR)/_build/html/index.html"
 
-## make test: lint, unit tests, nbval over every chapter (natively, then under another kernel set), strict site
-## build, browser tests (stops at the first failure)
+## make test: lint, unit tests, nbval over every chapter (natively, then under another kernel set, each chapter
+## alone in a folder against the built wheel), strict site build, browser tests (stops at the first failure)
 test: lint unit nbval nbval-portable site
 
 lint: $(STAMP)
@@ -49,8 +49,18 @@ unit: $(STAMP) node_modules/.package-lock.json
 nbval: $(STAMP)
 	$(NBVAL) $(NB)
 
+# ... and as Colab meets a chapter: each notebook alone in an empty folder, against the package installed
+# from a built wheel (not the source tree), so a chapter that reads a file beside it fails here
+ALONE := _build/alone
 nbval-portable: $(STAMP)
-	$(PORTABLE) $(NBVAL) $(NB)
+	rm -rf $(ALONE) build && mkdir -p $(ALONE)
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir $(ALONE)/wheel .
+	rm -rf build  # setuptools' staging folder: never reused by a later wheel
+	$(PY) -m pip install --quiet --no-deps --target $(ALONE)/site $(ALONE)/wheel/aiayn-*.whl
+	for nb in $(NB); do name=$$(basename $$nb .ipynb); mkdir $(ALONE)/$$name && cp $$nb $(ALONE)/$$name/; done
+	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PY) -c "import aiayn, sys; \
+	  sys.exit(0 if '$(ALONE)/site/' in aiayn.__file__ else f'aiayn comes from {aiayn.__file__}, not the wheel')"
+	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PORTABLE) $(NBVAL) $(ALONE)/*/*.ipynb
 
 site: $(STAMP) assets
 	rm -rf _build/html _build/.doctrees _build/screenshots

@@ -325,8 +325,8 @@ def test_command_errors_are_one_line(tmp_path, capsys):
 def test_the_books_results_are_what_write_results_makes_of_the_run(
     tmp_path, shared
 ):
-    """book/results holds exactly what ``python -m aiayn.published results`` writes from the run."""
-    book = ROOT / "book" / "results"
+    """The package's results hold exactly what ``python -m aiayn.published results`` writes from the run."""
+    book = P.results_dir()
     record = json.loads((book / "multi30k.json").read_text())
     files = P.write_results(
         shared, tmp_path, commit=record["commit"], date=record["measured_at"],

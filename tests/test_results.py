@@ -1,4 +1,5 @@
-"""book/results: the published run's figures, small, complete, and re-scored to the BLEU the book states."""
+"""The published run's figures shipped with the package (aiayn.published.results_dir()): small, complete,
+and re-scored to the BLEU the book states."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 
 from aiayn.bleu import corpus_bleu
 from aiayn.data import load_multi30k
+from aiayn.published import results_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "book" / "results"
+RESULTS = results_dir()
 CHAPTER = ROOT / "book" / "11_translate_multi30k.ipynb"
 RECORD = json.loads((RESULTS / "multi30k.json").read_text())
 
@@ -171,3 +173,27 @@ def test_the_length_penalty_was_chosen_on_validation_and_rescores():
     assert round(score, 2) == chosen["sacrebleu"] == chosen["bleu"]
     baseline = sweep["test2016"]["0.6"]["sacrebleu"]
     assert chosen["sacrebleu"] > baseline  # what choosing on val bought
+
+
+def test_the_committed_attention_is_the_published_models():
+    """Chapter 11's explorer without the weights shows what the model computes, to a thousandth."""
+    import torch
+
+    from aiayn.published import load_published
+    from aiayn.viz.translation import (
+        load_attention_examples,
+        model_attention,
+    )
+
+    published = ROOT.parent / "shared/runs/multi30k-h100"
+    _, tokenizer, model, _ = load_published(os.environ.get("AIAYN_MODEL") or published, download=False)
+    hypotheses = (RESULTS / RECORD["hypotheses"]).read_text().splitlines()
+    sources = [de for de, _ in load_multi30k("test2016", data_dir(), download=False)]
+    saved = load_attention_examples(RESULTS / "multi30k.attention.json.gz")
+    assert sorted(saved) == [209, 276, 757]
+    for line, (maps, tokens) in saved.items():
+        again, again_tokens = model_attention(model, tokenizer, sources[line], hypotheses[line])
+        assert tokens == again_tokens
+        for kind, layers in again.items():
+            for w, stored in zip(layers, maps[kind], strict=True):
+                torch.testing.assert_close(stored, w, atol=5e-4 + 1e-6, rtol=0)

@@ -333,7 +333,7 @@ _SMOKE = TrainConfig(
 
 # Learns recognisable translations of short captions on a 2-core CPU in about five minutes (one
 # thread: faster when the cores are shared): a width-128 model, a 2,000-piece vocabulary, small
-# batches for many updates, 1,000 steps (about two epochs). Measured in book/results/laptop.json.
+# batches for many updates, 1,000 steps (about two epochs). Measured in aiayn/results/laptop.json.
 _LAPTOP = TrainConfig(
     name="laptop",
     model=TransformerConfig(

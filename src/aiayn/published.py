@@ -1,7 +1,7 @@
 """The published model: a trained Multi30k translator, checked and loaded, and how to release one.
 
 ``load_published()`` gives the German-to-English model of one full run of the ``multi30k`` preset
-(on one H100, see ``book/results/README.md``) as ``(config, tokenizer, model, averaged)``, in eval
+(on one H100, see ``aiayn/results/README.md``) as ``(config, tokenizer, model, averaged)``, in eval
 mode and in float32, ready for a CPU. It needs three files, looked up like the Multi30k files of
 ``aiayn.data``:
 
@@ -31,7 +31,7 @@ the config, the run's records, ``MODEL_CARD.md`` (data and its licence terms, re
 limits) and, last, ``SHA256SUMS`` into ``runs/release`` (git ignores ``runs/``); the run folder is
 only read. A folder without ``SHA256SUMS`` is an unfinished release. Upload the files as the
 assets of a release tagged ``RELEASE_TAG``. The book's small copy of the run's figures
-(``book/results``, each file well under 1 MB) comes from
+(``results_dir()``, package data, each file well under 1 MB) comes from
 
     python -m aiayn.published results runs/multi30k --commit <sha> --date <day> --command "..."
 
@@ -44,6 +44,7 @@ import argparse
 import datetime
 import fnmatch
 import http.client
+import importlib.resources
 import json
 import os
 import re
@@ -73,9 +74,11 @@ __all__ = [
     "weights_name",
     "read_sums",
     "model_dir",
+    "results_dir",
     "fetch_published",
     "upgrade_state_dict",
     "load_published",
+    "load_or_explain",
     "prepare_release",
     "write_results",
     "main",
@@ -126,6 +129,15 @@ class Published(NamedTuple):
 
 
 # --- Finding and checking the files ---------------------------------------------------------------
+
+
+def results_dir() -> Path:
+    """The published run's figures, shipped with the package: its record, curves and translations.
+
+    Chapter 11 reads them from here, so it finds them wherever it runs (Colab opens a notebook
+    alone, with nothing beside it). ``python -m aiayn.published results`` writes them.
+    """
+    return Path(str(importlib.resources.files("aiayn") / "results"))
 
 
 def model_dir(root: str | os.PathLike | None = None) -> Path:
@@ -442,6 +454,46 @@ def load_published(
     return Published(cfg, tokenizer, model, list(saved.get("averaged", [])))
 
 
+def load_or_explain(
+    run: str | os.PathLike | None = None,
+) -> Published | None:
+    """The published model (or, with ``run``, the model of a run folder), else ``None`` and why.
+
+    Chapter 11 starts with this: without the published files it prints one paragraph (what is
+    missing, and the three ways to get it: the release, ``$AIAYN_MODEL``, or training a profile
+    in this runtime and naming its folder as ``run``) instead of a traceback, and the rest of the
+    chapter falls back on the figures that ship with the package (``results_dir()``).
+    """
+    import textwrap
+
+    if run is not None:
+        from .translation import load_run
+
+        return Published(*load_run(run, "cpu"))
+    try:
+        return load_published()
+    except (ModelUnavailable, ChecksumError) as err:
+        reason = str(err).splitlines()[0].rstrip(".")
+    where = model_dir()
+    text = (
+        f"The published model cannot be loaded here: {reason}. The rest of "
+        "this page uses the figures and translations that ship with the "
+        "package and skips what needs the model, saying so. Three ways to "
+        f"get it: (1) download {', '.join(SHA256)} from {RELEASE_URL} into "
+        f"{where}; (2) set $AIAYN_MODEL to a folder that holds them; (3) train "
+        "a model in this runtime, e.g. `!python -m aiayn.train --preset "
+        "laptop --out runs/laptop` (about five minutes on two CPU cores) or "
+        '`--preset multi30k-t4` on a GPU, then set RUN = "runs/laptop" at '
+        "the top of this cell and run the page again."
+    )
+    print(
+        textwrap.fill(
+            text, 77, break_on_hyphens=False, break_long_words=False
+        )
+    )
+    return None
+
+
 # --- Releasing a run ------------------------------------------------------------------------------
 
 RUN_FILES = (
@@ -746,7 +798,7 @@ def write_results(
     split: str = "test2016",
     every: int = 10,
 ) -> dict[str, Path]:
-    """Copy a run's figures into the book (``book/results``): small files, each well under 1 MB.
+    """Copy a run's figures into the book (``src/aiayn/results``): small files, each well under 1 MB.
 
     Writes ``<name>.json`` (where, when and how it was measured: device, torch, commit, date,
     commands; the config, the training summary, the split's scores, and ``bench`` rows if given),
@@ -756,7 +808,7 @@ def write_results(
 
     Args:
         run_dir: a trained and evaluated run folder (or a release of one).
-        out_dir: e.g. ``book/results``.
+        out_dir: e.g. ``src/aiayn/results`` (``results_dir()`` once installed).
         commit, date: the code's commit and the day of the run (a run folder does not record them).
         commands: the commands that produced the run, in order.
         bench: rows of ``python -m aiayn.bench`` on the same machine, if measured.
@@ -868,10 +920,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     rel.add_argument("--debug", **debug)
     res = sub.add_parser(
-        "results", help="copy a run's figures into book/results"
+        "results", help="copy a run's figures into src/aiayn/results"
     )
     res.add_argument("run", help="a trained and evaluated run folder")
-    res.add_argument("--out", default="book/results")
+    res.add_argument("--out", default="src/aiayn/results")
     res.add_argument(
         "--commit", required=True, help="the commit the run used"
     )
@@ -891,6 +943,15 @@ def _parser() -> argparse.ArgumentParser:
         help="python -m aiayn.bench --json output",
     )
     res.add_argument("--debug", **debug)
+    att = sub.add_parser(
+        "attention",
+        help="the published model's attention on chosen test lines, for "
+        "chapter 11 without the model",
+    )
+    att.add_argument("--lines", type=int, nargs="+", required=True)
+    att.add_argument("--out", default="src/aiayn/results")
+    att.add_argument("--data", default=None, help="the Multi30k folder")
+    att.add_argument("--debug", **debug)
     chk = sub.add_parser(
         "check", help="check (and download) the published files"
     )
@@ -902,6 +963,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("--debug", **debug)
     return parser
+
+
+ATTENTION = "multi30k.attention.json.gz"
+
+
+def _write_attention(lines: list[int], out: Path, root=None) -> Path:
+    """The published model's attention re-reading its own test translations, on ``lines``."""
+    from .data import load_multi30k
+    from .viz.translation import model_attention, save_attention_examples
+
+    record = json.loads((results_dir() / "multi30k.json").read_text())
+    hypotheses = (
+        (results_dir() / record["hypotheses"]).read_text().splitlines()
+    )
+    sources = [de for de, _ in load_multi30k("test2016", root)]
+    _, tokenizer, model, _ = load_published()
+    examples = {
+        line: model_attention(
+            model, tokenizer, sources[line], hypotheses[line]
+        )
+        for line in lines
+    }
+    save_attention_examples(out / ATTENTION, examples)
+    return out / ATTENTION
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -919,6 +1004,9 @@ def _command(args: argparse.Namespace) -> int:
                               commands=args.commands, bench=bench)  # fmt: skip
         for path in files.values():
             print(f"{path}: {path.stat().st_size:,} bytes")
+    elif args.command == "attention":
+        path = _write_attention(args.lines, Path(args.out), args.data)
+        print(f"{path}: {path.stat().st_size:,} bytes")
     else:
         directory = fetch_published(args.root)
         names = (

@@ -6,7 +6,7 @@ import json
 
 import altair as alt
 
-# The published full run: book/results/<name>.json and <name>.<split>.hyp.en, written on a GPU machine by
+# The published full run: aiayn/results/<name>.json and <name>.<split>.hyp.en, written on a GPU machine by
 # write_published_results from a run folder of aiayn.recipes (config.json, summary.json, results.json).
 
 
@@ -483,4 +483,101 @@ __all__ += [
     "sentence_bleu_frame",
     "bleu_histogram_chart",
     "bleu_by_length_chart",
+]
+
+
+# --- The attention of a translation, computed or read back from the published results --------------
+
+
+def model_attention(model, tokenizer, source: str, translation: str):
+    """The attention maps of ``model`` reading ``source`` and re-reading its ``translation``.
+
+    The decoder gets the translation shifted right (teacher forcing), on the explicit attention
+    path, which keeps its weights (``Transformer.attention_maps``).
+
+    Returns:
+        ``(maps, tokens)``: ``{"encoder": [(1, h, S, S)] * N, "decoder_self": [(1, h, T, T)] * N,
+        "cross": [(1, h, T, S)] * N}`` and the pieces ``{"source", "decoder_in", "decoder_out"}``.
+    """
+    import torch
+
+    from ..attention import set_fused
+    from ..data import BOS, EOS
+
+    src = torch.tensor([tokenizer.encode(source) + [EOS]])  # (1, S)
+    out = tokenizer.encode(translation) + [EOS]  # what it wrote
+    tgt_in = torch.tensor([[BOS] + out[:-1]])  # (1, T), shifted right
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), set_fused(model, False):
+        model(src, tgt_in)
+        maps = {
+            kind: [w.clone() for w in layers]
+            for kind, layers in model.attention_maps().items()
+        }
+    model.train(was_training)
+    piece = tokenizer.id_to_piece
+    tokens = {
+        "source": [piece(i) for i in src[0].tolist()],
+        "decoder_in": [piece(i) for i in tgt_in[0].tolist()],
+        "decoder_out": [piece(i) for i in out],
+    }
+    return maps, tokens
+
+
+def save_attention_examples(path, examples: dict, decimals: int = 3) -> None:
+    """Write ``{line: (maps, tokens)}`` as gzipped JSON, weights in units of ``10**-decimals``.
+
+    Chapter 11 reads the file back (``load_attention_examples``) where the published model cannot
+    be had; ``python -m aiayn.published attention`` writes it.
+    """
+    import gzip
+
+    from ..checks import atomic_write
+
+    scale = 10**decimals
+    record = {"decimals": decimals, "lines": {}}
+    for line, (maps, tokens) in examples.items():
+        record["lines"][str(line)] = {
+            "tokens": tokens,
+            "maps": {
+                kind: [
+                    (w[0].double() * scale).round().long().tolist()
+                    for w in layers
+                ]
+                for kind, layers in maps.items()
+            },
+        }
+    text = json.dumps(record, separators=(",", ":"), sort_keys=True)
+    atomic_write(path, gzip.compress(text.encode(), mtime=0))
+
+
+def load_attention_examples(path) -> dict:
+    """``{line: (maps, tokens)}`` from ``save_attention_examples``, weights as float32 tensors."""
+    import gzip
+
+    import torch
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        record = json.load(f)
+    scale = 10 ** record["decimals"]
+    return {
+        int(line): (
+            {
+                kind: [
+                    torch.tensor([w], dtype=torch.float32) / scale
+                    for w in layers
+                ]
+                for kind, layers in entry["maps"].items()
+            },
+            entry["tokens"],
+        )
+        for line, entry in record["lines"].items()
+    }
+
+
+__all__ += [
+    "model_attention",
+    "save_attention_examples",
+    "load_attention_examples",
 ]
