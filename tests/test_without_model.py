@@ -67,7 +67,7 @@ def test_cells_that_need_the_model_say_so_in_one_line(executed):
     lines = "".join(o.get("text", "") for _, o in _outputs(executed, "stream")).splitlines()
     skipped = [line for line in lines if line.startswith("skipped: ")]
     assert len(skipped) >= 5, skipped
-    assert "no model here: these maps were computed with it (to a thousandth)" in lines
+    assert "no model here: these maps were computed with it, to 0.001" in lines
     assert any("no model here: the published beam-search lines" in line for line in lines)
 
 
