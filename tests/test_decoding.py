@@ -88,6 +88,9 @@ class PositionCount(list):
     def reorder(self, index):
         pass
 
+    def keep_rows(self, index):
+        pass
+
 
 # --- greedy --------------------------------------------------------------------------------------
 
@@ -612,3 +615,90 @@ def test_a_cache_of_another_batch_size_is_rejected():
         model.decode(model.encode(SRC), None, SRC[:, :1], cache=cache)
         with pytest.raises(ValueError, match="cache holds 2 sequences but tgt has batch size 1"):
             model.decode(model.encode(SRC[:1]), None, SRC[:1, :1], cache=cache)
+
+
+# --- Finished sentences leave the batch -------------------------------------------------------------
+
+
+def ragged_source(seed: int = 0) -> torch.Tensor:
+    """Eight sources of 1 to 8 tokens, padded: very different lengths in one batch."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [1, 8, 2, 6, 3, 8, 4, 5]
+    src = torch.full((len(lengths), max(lengths)), PAD)
+    for row, n in enumerate(lengths):
+        src[row, :n] = torch.randint(3, V, (n,), generator=g)
+    return src
+
+
+def decode_batch_sizes(model: Transformer, decode) -> list[tuple[int, int | None]]:
+    """Run ``decode()`` and return, per decoder step, the rows decoded and the rows of the cross-attention cache."""
+    seen = []
+    original = model.decode
+
+    def counting_decode(memory, src_mask, tgt, tgt_mask=None, cache=None):
+        out = original(memory, src_mask, tgt, tgt_mask, cache)
+        cross = None if cache is None else cache.layers[0][1].k.size(0)
+        seen.append((tgt.size(0), cross))
+        return out
+
+    model.decode = counting_decode
+    try:
+        decode()
+    finally:
+        del model.decode  # the class's method again
+    return seen
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_finished_sentences_leave_the_batch(beam_size):
+    model, src = random_model(), ragged_source()
+    limits = [2, 9, 3, 7, 4, 9, 5, 6]  # sentences end at different steps, whatever the model says
+    B, K = src.size(0), beam_size
+
+    def decode(prune):
+        if beam_size == 1:
+            return lambda: greedy_decode(model, src, None, limits, BOS, EOS, prune=prune)
+        return lambda: beam_search(model, src, None, limits, BOS, EOS, beam_size, prune=prune)
+
+    pruned = decode_batch_sizes(model, decode(True))
+    full = decode_batch_sizes(model, decode(False))
+    assert full == [(B * K, B * K)] * len(full)  # the reference computes every row at every step
+    rows = [n for n, _ in pruned]
+    assert len(pruned) == len(full)  # the same steps
+    assert all(cross == n for n, cross in pruned)  # the cross-attention cache shrinks with the batch
+    assert rows[0] == B * K and rows == sorted(rows, reverse=True) and rows[-1] < B * K
+    assert all(n % K == 0 for n in rows)  # a sentence leaves with all its beams
+    # a sentence at its limit (t + 1 columns after step t) has left (one that said <eos> too)
+    assert all(n <= K * sum(limit > t + 1 for limit in limits) for t, n in enumerate(rows))
+    assert sum(rows) < len(rows) * B * K
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("trained", [False, True], ids=["random model", "copy model"])
+def test_pruned_decoding_equals_computing_every_row(beam_size, use_cache, trained, copy_model):
+    model = copy_model if trained else random_model(seed=1)
+    src = ragged_source(seed=2)
+    for max_len in (12, [2, 11, 3, 9, 4, 12, 6, 7]):
+        args = (model, src, None, max_len, BOS, EOS)
+        if beam_size == 1:
+            pruned = greedy_decode(*args, use_cache, prune=True)
+            full = greedy_decode(*args, use_cache, prune=False)
+        else:
+            pruned_search = beam_search(*args, beam_size, 0.6, use_cache, prune=True)
+            full_search = beam_search(*args, beam_size, 0.6, use_cache, prune=False)
+            assert_close(pruned_search.scores, full_search.scores)
+            assert_close(pruned_search.log_probs, full_search.log_probs)
+            pruned, full = pruned_search.tokens, full_search.tokens
+        assert torch.equal(pruned, full)
+        if trained or isinstance(max_len, list):  # the outputs end at many different steps
+            assert len({len(strip_padding(row)) for row in full}) >= 3
+
+
+def test_decode_sorted_same_with_and_without_pruning(copy_model):
+    sources = varied_sources(n=20, seed=3)
+    for beam_size in (1, 4):
+        settings = dict(beam_size=beam_size, batch_size=8, max_len_b=3)
+        assert decode_sorted(copy_model, sources, BOS, EOS, **settings) == decode_sorted(
+            copy_model, sources, BOS, EOS, prune=False, **settings
+        )

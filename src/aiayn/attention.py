@@ -264,7 +264,15 @@ class KVCache:
         A static cache does not move: beam search only reorders the beams of one sentence, which
         share one source, so their cross-attention rows are equal.
         """
-        if not self.static and self.k is not None:
+        if not self.static:
+            self.keep_rows(index)
+
+    def keep_rows(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` ``(B',)`` of the batch, static or not.
+
+        Decoding calls this to drop the sentences that have finished.
+        """
+        if self.k is not None:
             self.k = self.k.index_select(0, index)  # (B', h, L, d_k)
             self.v = self.v.index_select(0, index)  # (B', h, L, d_v)
 

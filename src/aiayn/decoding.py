@@ -16,6 +16,11 @@ that has produced ``<eos>`` is finished: from then on its row is filled with the
 may also give one limit per sentence, so that sentences of different lengths can share a batch
 (``decode_sorted`` does this).
 
+A finished sentence stops costing anything: with ``prune=True`` (default) its rows leave the
+working batch (memory, masks, prefixes, scores and both key/value caches), its output is kept
+aside, and the outputs are put back in input order at the end. ``prune=False`` computes every
+row until the last sentence ends, as a reference; the tokens are the same.
+
 The functions switch the model to eval mode (no dropout) while they run, and back afterwards.
 
     B  batch        K  beam size        S  source length        T  length of the prefix so far
@@ -195,8 +200,45 @@ def _start(
     return memory, src_mask, prefix
 
 
+def _keep_rows(
+    index: torch.Tensor,
+    cache: DecoderCache | None,
+    *tensors: torch.Tensor | None,
+) -> list[torch.Tensor | None]:
+    """Keep the rows ``index`` ``(B',)`` of the cache and of each tensor.
+
+    This is how a finished sentence leaves the working batch. ``None`` stays
+    ``None`` (no limits per sentence, no cache).
+
+    Returns:
+        The tensors in the order given, each with ``B'`` rows.
+    """
+    if cache is not None:
+        cache.keep_rows(index)  # self- and cross-attention, every layer
+    return [None if t is None else t.index_select(0, index) for t in tensors]
+
+
+class _Finished:
+    """The outputs of the sentences that have left the batch."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[torch.Tensor, ...]] = []
+
+    def add(self, sentences: torch.Tensor, tokens: torch.Tensor, *values):
+        """Keep ``tokens`` ``(n, T)`` and ``values`` ``(n,)`` of ``sentences`` ``(n,)``."""
+        self.parts.append((sentences, tokens, *values))
+
+    def in_order(self, pad_id: int) -> list[torch.Tensor]:
+        """Row i is sentence i: tokens ``(B, L)``, padded, and values ``(B,)``."""
+        sentences, tokens, *values = zip(*self.parts, strict=True)
+        L = max(t.size(1) for t in tokens)
+        tokens = [F.pad(t, (0, L - t.size(1)), value=pad_id) for t in tokens]
+        order = torch.cat(sentences).argsort()  # (B,)
+        return [torch.cat(field)[order] for field in (tokens, *values)]
+
+
 def _generate(
-    model, src, src_mask, max_len, bos_id, eos_id, choose, use_cache
+    model, src, src_mask, max_len, bos_id, eos_id, choose, use_cache, prune
 ) -> torch.Tensor:
     """The loop shared by greedy decoding and sampling; ``choose`` maps ``(B, V)`` logits to ``(B,)`` ids."""
     pad_id, max_len, limits = _check_common(
@@ -210,6 +252,9 @@ def _generate(
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
         if limits is not None:
             finished |= limits <= 1
+        # (B,), the sentence of each row (a finished one leaves the batch)
+        live = torch.arange(B, device=src.device)
+        out = _Finished()
         for _ in range(max_len - 1):
             logits = _next_logits(model, memory, src_mask, ys, cache)
             next_id = choose(logits)  # (B,)
@@ -221,7 +266,14 @@ def _generate(
                 finished |= limits <= ys.size(1)
             if finished.all():
                 break
-    return ys
+            if prune and finished.any():  # finished rows leave the batch
+                out.add(live[finished], ys[finished])
+                keep = (~finished).nonzero().squeeze(1)  # (B',)
+                memory, src_mask, ys, limits, live, finished = _keep_rows(
+                    keep, cache, memory, src_mask, ys, limits, live, finished
+                )
+        out.add(live, ys)
+    return out.in_order(pad_id)[0]  # (B, L)
 
 
 # --- Greedy ---------------------------------------------------------------------------------------
@@ -235,6 +287,7 @@ def greedy_decode(
     bos_id: int,
     eos_id: int,
     use_cache: bool = True,
+    prune: bool = True,
 ) -> torch.Tensor:
     """Pick the most probable token at every step, for a whole batch at once.
 
@@ -246,6 +299,8 @@ def greedy_decode(
         bos_id: the id that starts every output.
         eos_id: the id that ends a sentence; later positions hold the padding id.
         use_cache: keep keys and values between steps (``False``: rerun the whole prefix).
+        prune: drop a sentence's rows from the batch once it has finished (``False``:
+            compute every row until the last sentence ends; same tokens).
 
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
@@ -254,9 +309,8 @@ def greedy_decode(
     def choose(logits: torch.Tensor) -> torch.Tensor:
         return logits.argmax(dim=-1)  # (B, V) -> (B,)
 
-    return _generate(
-        model, src, src_mask, max_len, bos_id, eos_id, choose, use_cache
-    )
+    args = (model, src, src_mask, max_len, bos_id, eos_id)
+    return _generate(*args, choose, use_cache, prune)
 
 
 # --- Sampling -------------------------------------------------------------------------------------
@@ -293,6 +347,7 @@ def sample(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    prune: bool = True,
 ) -> torch.Tensor:
     """Draw each token at random from the model's distribution, optionally sharpened and truncated.
 
@@ -306,7 +361,8 @@ def sample(
         top_k: keep this many tokens (``None``: all).
         top_p: keep tokens up to this cumulative probability, in (0, 1] (``None``: all).
         generator: a ``torch.Generator`` on ``src``'s device, for reproducible draws.
-        use_cache: as in ``greedy_decode``.
+        use_cache, prune: as in ``greedy_decode`` (the draws depend on ``prune``: a
+            finished sentence no longer takes random numbers).
 
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
@@ -345,9 +401,8 @@ def sample(
         next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
         return next_id.squeeze(-1)  # (B,)
 
-    return _generate(
-        model, src, src_mask, max_len, bos_id, eos_id, choose, use_cache
-    )
+    args = (model, src, src_mask, max_len, bos_id, eos_id)
+    return _generate(*args, choose, use_cache, prune)
 
 
 # --- Beam search ----------------------------------------------------------------------------------
@@ -425,6 +480,24 @@ class BeamSearchOutput(NamedTuple):
     log_probs: torch.Tensor
 
 
+def _best_beams(
+    ys: torch.Tensor, log_p: torch.Tensor, lengths: torch.Tensor, alpha
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best-scoring beam of each sentence: tokens ``(B, T)``, score and log P ``(B,)``.
+
+    Args:
+        ys: ``(B·K, T)``, beam b of sentence i in row i·K + b.
+        log_p, lengths: ``(B, K)``, each beam's log P and generated tokens.
+        alpha: α of the length penalty.
+    """
+    B, K = log_p.shape
+    scores = log_p / gnmt_length_penalty(lengths, alpha)  # (B, K)
+    best_beam = scores.argmax(dim=-1)  # (B,)
+    arange = torch.arange(B, device=log_p.device)
+    pick = arange * K + best_beam  # (B,)
+    return ys[pick], scores[arange, best_beam], log_p[arange, best_beam]
+
+
 def beam_search(
     model: nn.Module,
     src: torch.Tensor,
@@ -435,6 +508,7 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     use_cache: bool = True,
+    prune: bool = True,
 ) -> BeamSearchOutput:
     """Keep the ``beam_size`` best prefixes per sentence at every step; the paper uses 4 and α = 0.6.
 
@@ -443,7 +517,8 @@ def beam_search(
     prefers short outputs, since every extra token lowers log P. A beam that produced ``<eos>``
     stays in the beam with a fixed score and competes with the live ones; the search ends when
     every beam of every sentence has finished or ``max_len`` is reached, and the best-scoring beam
-    of each sentence is returned.
+    of each sentence is returned. A sentence whose beams have all finished leaves the batch
+    (``prune``) with its best beam.
 
     All sentences are searched together: the batch is flattened to ``B · K`` rows. With the
     cache, the rows of the self-attention keys and values follow the surviving beams
@@ -454,7 +529,7 @@ def beam_search(
             reaches its own ``max_len`` keeps its beams as they are.
         beam_size: K, hypotheses kept per sentence.
         length_penalty: α of the length penalty; 0 ranks by log P alone.
-        use_cache: as in ``greedy_decode``.
+        use_cache, prune: as in ``greedy_decode``.
 
     Returns:
         A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
@@ -493,8 +568,11 @@ def beam_search(
         finished = torch.zeros(B, K, dtype=torch.bool, device=device)
         if limits is not None:
             finished |= (limits <= 1)[:, None]
+        live = torch.arange(B, device=device)  # (B,), the sentences searched
+        out = _Finished()
 
         for _ in range(max_len - 1):
+            B = live.size(0)  # the sentences still in the batch
             # (B·K, V), then (B, K, V)
             logits = _next_logits(model, memory, src_mask, ys, cache)
             V = logits.size(-1)
@@ -530,14 +608,22 @@ def beam_search(
                 finished |= (limits <= ys.size(1))[:, None]
             if finished.all():
                 break
+            ended = finished.all(dim=1)  # (B,), all its beams have finished
+            if prune and ended.any():  # those sentences leave the batch
+                picked = _best_beams(ys, log_p, lengths, alpha)
+                out.add(live[ended], *(x[ended] for x in picked))
+                keep = (~ended).nonzero().squeeze(1)  # (B',)
+                log_p, lengths, finished, limits, live = _keep_rows(
+                    keep, None, log_p, lengths, finished, limits, live
+                )
+                beams = torch.arange(K, device=device)  # (K,)
+                rows = (keep[:, None] * K + beams).view(-1)  # (B'·K,)
+                memory, src_mask, ys = _keep_rows(
+                    rows, cache, memory, src_mask, ys
+                )
 
-        scores = log_p / gnmt_length_penalty(lengths, alpha)  # (B, K)
-        best_beam = scores.argmax(dim=-1)  # (B,)
-        arange = torch.arange(B, device=device)
-        pick = arange * K + best_beam  # (B,)
-        return BeamSearchOutput(
-            ys[pick], scores[arange, best_beam], log_p[arange, best_beam]
-        )
+        out.add(live, *_best_beams(ys, log_p, lengths, alpha))
+        return BeamSearchOutput(*out.in_order(pad_id))
 
 
 # --- Many sentences, batched by length ------------------------------------------------------------
@@ -582,6 +668,7 @@ def decode_sorted(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     use_cache: bool = True,
+    prune: bool = True,
 ) -> list[list[int]]:
     """Decode many sources in padded batches of similar length; outputs come back in input order.
 
@@ -601,7 +688,7 @@ def decode_sorted(
         length_penalty: α of the GNMT length penalty.
         batch_size: most sentences per batch (each becomes K rows in beam search).
         max_len_a, max_len_b: the output limit, as above.
-        use_cache: as in ``greedy_decode``.
+        use_cache, prune: as in ``greedy_decode``.
 
     Returns:
         One list of ids per source: ``<bos>`` first, up to ``<eos>`` included, no padding.
@@ -642,9 +729,11 @@ def decode_sorted(
         ]
         args = (model, src, None, limits, bos_id, eos_id)
         if beam_size == 1:
-            tokens = greedy_decode(*args, use_cache)  # (B, L)
+            tokens = greedy_decode(*args, use_cache, prune)  # (B, L)
         else:
-            search = beam_search(*args, beam_size, length_penalty, use_cache)
+            search = beam_search(
+                *args, beam_size, length_penalty, use_cache, prune
+            )
             tokens = search.tokens  # (B, L)
         for row, i in enumerate(chunk):
             ids = tokens[row].tolist()

@@ -382,6 +382,15 @@ class DecoderCache:
         if self.real is not None:
             self.real = self.real.index_select(0, index)  # (B', P)
 
+    def keep_rows(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` of the batch, cross-attention included.
+
+        Decoding calls this to drop the sentences that have finished.
+        """
+        self.reorder(index)  # self-attention and ``real``
+        for _, cross_cache in self.layers:
+            cross_cache.keep_rows(index)
+
 
 class set_fast:  # lower case like torch.set_grad_enabled and aiayn.attention.set_fused
     """Switch every fast path in ``model`` on (or off): proven equal, faster, same parameters.

@@ -207,6 +207,7 @@ def translate(
     amp_dtype: torch.dtype | None = None,
     fast: bool | None = None,
     cut_long: bool = False,
+    prune: bool = True,
 ) -> list[str]:
     """Translate ``sentences`` and return detokenized strings, in input order.
 
@@ -234,6 +235,8 @@ def translate(
             ``F.layer_norm``), restored afterwards; ``None``: when the model's config has
             ``fused_attention`` on, as the trained runs do.
         cut_long: cut a source longer than ``max_len`` there, with a warning, instead of refusing it.
+        prune: drop a sentence from its batch once it has finished (``False``: the reference,
+            every row computed until the batch's last sentence ends; same translations).
     """
     check_int("beam", beam, minimum=1)
     check_int("batch_size", batch_size, minimum=1)
@@ -259,7 +262,7 @@ def translate(
     with switch, autocast:
         outputs = decode_sorted(
             model, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
-            batch_size, max_len_a, max_len_b, use_cache=True,
+            batch_size, max_len_a, max_len_b, use_cache=True, prune=prune,
         )  # fmt: skip
     lines = [""] * len(ids)
     for i, line in zip(todo, tokenizer.decode_batch(outputs), strict=True):
