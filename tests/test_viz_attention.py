@@ -13,6 +13,7 @@ from aiayn.attention import MultiHeadAttention, set_fused  # noqa: E402
 from aiayn.viz import (  # noqa: E402
     attention_heads_figure,
     attention_heatmap,
+    paper_figure2,
     softmax_saturation_figure,
     softmax_temperature_chart,
     update_attention_heads,
@@ -22,6 +23,17 @@ from aiayn.widgets import AttentionTemperatureExplorer  # noqa: E402
 KEYS = ["we", "sat", "on", "the", "bank", "of", "the", "river"]
 SCORES = [0.3, 1.1, -0.2, 0.0, 2.4, 0.1, 0.0, 2.9]
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
+
+
+# --- paper_figure2 ---------------------------------------------------------------------------------
+
+
+def test_paper_figure2_is_an_svg_shipped_in_the_package():
+    """Chapter 5 shows it as a cell output, so it shows on Colab, where no file lies beside the notebook."""
+    svg = paper_figure2()
+    assert svg._repr_svg_().startswith("<svg")
+    assert 'viewBox="0 0 820 560"' in svg.data and "Figure 2" in svg.data
+    assert "href" not in svg.data  # nothing to load from elsewhere
 
 
 # --- softmax_temperature_chart -------------------------------------------------------------------

@@ -250,6 +250,8 @@ def test_attention_explorer_chart_picks_sentence_layer_and_head_in_the_browser()
     assert (
         len(spec["datasets"]) == 1
     )  # the three panels share one embedded table
+    # two panels a row: three side by side are wider than the book's column
+    assert spec["columns"] == 2 and len(spec["concat"]) == 3
 
     data = vega_data(chart, sentence=1, layer=2, head=2)
     cells = [

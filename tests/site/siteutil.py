@@ -298,6 +298,43 @@ window.__aiayn = (() => {
         return {overflowPx: p.scrollWidth - p.clientWidth, line: widest.slice(0, 90), chars: widest.length};
       });
   }
+  function cutOff() {
+    // elements that reach past the right edge of the article's text column: they spill over the margin, or a
+    // box that scrolls sideways (or clips) hides their right-hand part. One entry per outermost such element.
+    const art = document.querySelector('article.bd-article');
+    if (!art) return {column: null, elements: []};
+    const box = art.getBoundingClientRect();
+    const edge = box.right - parseFloat(getComputedStyle(art).paddingRight);
+    const name = el => {
+      const cls = (el.getAttribute('class') || '').trim().split(/\s+/).filter(Boolean).slice(0, 3);
+      return el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + cls.map(c => '.' + c).join('');
+    };
+    const selector = el => {
+      const section = el.closest('section[id]');
+      const parts = [];
+      for (let p = el; p && p !== art && p !== section && parts.length < 4; p = p.parentElement) parts.unshift(name(p));
+      return (section ? `section#${section.id} ` : '') + parts.join(' > ');
+    };
+    const found = [];
+    const visit = (el, clipper) => {
+      for (const child of el.children) {
+        const s = getComputedStyle(child);
+        if (s.display === 'none' || s.visibility === 'hidden' || s.position === 'fixed') continue;
+        if (s.position === 'absolute' && s.clip !== 'auto') continue;  // drawn for screen readers only
+        const r = child.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0 && r.right > edge + 1) {
+          found.push({selector: selector(child), overflowPx: Math.round(r.right - edge),
+                      hiddenBy: clipper ? `${name(clipper)} (overflow-x: ${getComputedStyle(clipper).overflowX})` : '',
+                      text: (child.textContent.trim() ? child : (clipper || child)).textContent.trim()
+                        .replace(/\s+/g, ' ').slice(0, 60)});  // MathJax draws its glyphs with CSS: no text
+          continue;
+        }
+        visit(child, s.overflowX !== 'visible' ? child : clipper);
+      }
+    };
+    visit(art, null);
+    return {column: {left: Math.round(box.left), right: Math.round(edge)}, elements: found};
+  }
   function controls() {
     // every form control in the article, and whether it belongs to a chart that redraws in the browser
     const art = document.querySelector('article.bd-article') || document.body;
@@ -382,7 +419,7 @@ window.__aiayn = (() => {
     return result;
   }
   return {marks, markKinds, signature, waitChange, rects, lines, legend, axisTicks, bindings, setSlider, chartsState,
-          widgetsState, settled, images, math, overflow, wideCode, controls};
+          widgetsState, settled, images, math, overflow, wideCode, cutOff, controls};
 })();
 """
 
@@ -421,6 +458,7 @@ class PageReport:
     widgets: dict = field(default_factory=dict)
     overflow: dict = field(default_factory=dict)
     wide_code: list[dict] = field(default_factory=list)
+    cut_off: dict = field(default_factory=dict)
     controls: list[dict] = field(default_factory=list)
     screenshot_bytes: int = 0
 
@@ -504,6 +542,7 @@ def inspect_page(context, base: str, path: str, shot: Path | None = None) -> Pag
         report.widgets = page.evaluate("() => window.__aiayn.widgetsState()")
         report.overflow = page.evaluate("() => window.__aiayn.overflow()")
         report.wide_code = page.evaluate("() => window.__aiayn.wideCode()")
+        report.cut_off = page.evaluate("() => window.__aiayn.cutOff()")
         report.controls = page.evaluate("() => window.__aiayn.controls()")
         if shot is not None:
             report.screenshot_bytes = screenshot(page, shot)

@@ -24,6 +24,27 @@ def test_desktop_layout(docname, page_reports):
     assert overflow["body"] <= overflow["innerWidth"] + 1, describe(docname, overflow)
 
 
+def test_nothing_is_wider_than_the_column(docname, page_reports):
+    """At 1280 px no formula, table, chart or figure reaches past the right edge of the text column.
+
+    The page itself does not scroll sideways (the test above), but the boxes that hold outputs and display math
+    do: what sticks out of the column there is hidden until a reader scrolls that box, or cut off for good.
+    """
+    cut = page_reports(docname).cut_off
+    assert cut["column"] is not None, f"{docname} has no article.bd-article: the theme changed?"
+    elements = cut["elements"]
+    assert not elements, (
+        f"{docname}: {len(elements)} elements are wider than the text column "
+        f"(its right edge is at x = {cut['column']['right']} px):\n"
+        + "\n".join(
+            f"  {e['overflowPx']} px past the edge: {e['selector']}"
+            + (f", hidden by {e['hiddenBy']}" if e["hiddenBy"] else ", over the margin")
+            + f" {e['text']!r}"
+            for e in elements[:10]
+        )
+    )
+
+
 def test_phone_layout_does_not_scroll_sideways(docname, browser, base_url, site):
     assert (site / su.html_path(docname)).is_file(), f"{su.html_path(docname)} is listed in _toc.yml but was not built"
     context = su.new_context(browser, base_url, viewport=su.PHONE)

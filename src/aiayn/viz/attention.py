@@ -1,10 +1,27 @@
-"""Chapter 5, attention: temperature bars and attention heatmaps."""
+"""Chapter 5, attention: the paper's Figure 2, temperature bars and attention heatmaps."""
 
 from __future__ import annotations
 
 import json
 
 import altair as alt
+
+
+def paper_figure2():
+    """The paper's Figure 2, redrawn: scaled dot-product attention beside multi-head attention.
+
+    The drawing ships inside the package (``aiayn/figures/figure2_attention.svg``), so a notebook
+    shows it wherever it runs, Colab included, and its stored output needs no file beside it.
+
+    Returns:
+        An ``IPython.display.SVG``: a cell that ends with it draws the figure.
+    """
+    from importlib.resources import files
+
+    from IPython.display import SVG
+
+    path = files("aiayn") / "figures" / "figure2_attention.svg"
+    return SVG(data=path.read_text(encoding="utf-8"))
 
 
 def softmax_temperature_chart(
@@ -328,6 +345,7 @@ def softmax_saturation_figure(table):
 
 
 __all__ = [
+    "paper_figure2",
     "softmax_temperature_chart",
     "attention_heatmap",
     "attention_heads_figure",

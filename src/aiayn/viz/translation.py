@@ -218,7 +218,13 @@ def attention_explorer_frame(examples, decimals: int = 2):
 
 
 def attention_explorer_chart(
-    frame, tokens, labels, cell: int = 15, decimals: int = 2, title: str = ""
+    frame,
+    tokens,
+    labels,
+    cell: int = 15,
+    decimals: int = 2,
+    title: str = "",
+    columns: int = 2,
 ):
     """Heat maps of the three kinds of attention, with a sentence menu and layer and head sliders.
 
@@ -226,6 +232,9 @@ def attention_explorer_chart(
     menu, the ``layer`` and ``head`` sliders filter the rows of ``frame``; each row's weights are
     unpacked (``flatten``) and numbered to give the keys. The colour is a square root of the
     weight, so that the small weights of a spread-out head still show; masked cells stay blank.
+    The panels wrap after ``columns`` of them: the two self-attention maps side by side and the
+    cross-attention map below them fit the book's text column (690 px in a 1280 px window) for
+    sentences of up to about 18 pieces; three in a row do not.
 
     Args:
         frame: from ``attention_explorer_frame``.
@@ -237,6 +246,7 @@ def attention_explorer_chart(
         cell: side of a cell in pixels.
         decimals: as given to ``attention_explorer_frame``.
         title: the chart title.
+        columns: panels per row.
     """
     n = int(frame["sentence"].max()) + 1
     if len(tokens) != n or len(labels) != n:
@@ -331,7 +341,7 @@ def attention_explorer_chart(
             )
         )
     chart = (
-        alt.hconcat(*panels)
+        alt.concat(*panels, columns=columns)
         .add_params(sentence, layer, head)
         .resolve_scale(color="shared")
     )
