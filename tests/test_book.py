@@ -23,7 +23,9 @@ def toc_files() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
     for part in toc.get("parts", []):
-        files += [chapter["file"] for chapter in part["chapters"]]
+        for chapter in part["chapters"]:  # a chapter, then its sections
+            files.append(chapter["file"])
+            files += [section["file"] for section in chapter.get("sections", [])]
     return files
 
 

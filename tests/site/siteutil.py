@@ -460,6 +460,7 @@ class PageReport:
     wide_code: list[dict] = field(default_factory=list)
     cut_off: dict = field(default_factory=dict)
     controls: list[dict] = field(default_factory=list)
+    height: int = 0  # the page's full height in px, toggles collapsed as a reader first sees them
     screenshot_bytes: int = 0
 
 
@@ -544,6 +545,7 @@ def inspect_page(context, base: str, path: str, shot: Path | None = None) -> Pag
         report.wide_code = page.evaluate("() => window.__aiayn.wideCode()")
         report.cut_off = page.evaluate("() => window.__aiayn.cutOff()")
         report.controls = page.evaluate("() => window.__aiayn.controls()")
+        report.height = page.evaluate("() => document.documentElement.scrollHeight")
         if shot is not None:
             report.screenshot_bytes = screenshot(page, shot)
     finally:

@@ -57,3 +57,18 @@ def test_phone_layout_does_not_scroll_sideways(docname, browser, base_url, site)
     print(f"{docname} phone: screenshot {size / 1e3:.0f} kB; widths {overflow}")
     width = overflow["innerWidth"]
     assert overflow["html"] <= width + 1 and overflow["body"] <= width + 1, describe(docname, overflow)
+
+
+# A page a reader finishes: D2L keeps its sections to 5-10 screens; past 15 readers stop scrolling.
+MAX_SCREENS = 15
+
+
+def test_every_page_is_at_most_15_screens_tall(docname, page_reports):
+    """At 1280 x 900 no page is taller than 15 screens; a longer chapter is split into sections (_toc.yml)."""
+    report = page_reports(docname)
+    screens = report.height / su.DESKTOP["height"]
+    print(f"{docname}: {report.height} px, {screens:.1f} screens")
+    assert screens <= MAX_SCREENS, (
+        f"{docname} is {screens:.1f} screens tall at {su.DESKTOP['width']} x {su.DESKTOP['height']} "
+        f"(at most {MAX_SCREENS}): split it into sections of its own, each a notebook in _toc.yml"
+    )
