@@ -1,25 +1,28 @@
-"""Measure what dropping finished sentences from the batch saves when translating (issue 22).
+"""Measure the options of decoding on a CPU (issue 22): speed, BLEU, and outputs identical to float32.
 
-Translates the first N sentences of Multi30k test 2016 with the published model (float32, beam 4,
-one CPU thread) with ``prune=True``, the default (a sentence leaves its batch once it has finished),
-or ``prune=False`` (every row is computed until its batch's last sentence ends), and prints the
-sentences per second of the translation alone. ``--compare`` translates both ways in one process
-and counts the identical outputs.
+Translates the first N sentences of a Multi30k split with the published model (beam 4, one CPU
+thread) with today's default (float32, finished sentences dropped from the batch) or with one
+option: ``--quantize int8`` (an int8 copy of the model), ``--amp bf16`` (bfloat16 autocast, on a
+CPU with native bfloat16), ``--no-prune`` (the old loop, every row computed until its batch's
+last sentence ends). It prints the sentences per second of the translation alone.
+``--compare`` translates with float32 and with the option in one process and prints sacreBLEU
+for both and the share of identical outputs.
 
 Run from the repository root (the data and the published run are read, never written)::
 
-    .venv/bin/python tools/measure_decoding.py --sentences 150              # pruned
-    .venv/bin/python tools/measure_decoding.py --sentences 150 --no-prune   # the reference
-    .venv/bin/python tools/measure_decoding.py --sentences 150 --compare
+    .venv/bin/python tools/measure_decoding.py --sentences 300                    # the default
+    .venv/bin/python tools/measure_decoding.py --sentences 300 --quantize int8
+    .venv/bin/python tools/measure_decoding.py --sentences 300 --amp bf16
+    .venv/bin/python tools/measure_decoding.py --split val --all --quantize int8 --compare
 
-To compare the first two, time whole runs of each in turn (A B A B ...), so that a machine whose
-speed drifts slows both alike; loading the model is in both, so the ratio understates the gain.
+To compare two settings' speed, time whole runs of each in turn (A B A B ...), so that a machine
+whose speed drifts slows both alike; loading the model is in both, so the ratio understates the
+gain. The sentences per second each run prints leave the loading out.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import torch
@@ -29,31 +32,39 @@ from aiayn.published import load_published
 from aiayn.translation import translate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+AMP = {"bf16": torch.bfloat16}
 
 
-def timed_translate(model, tokenizer, sentences, beam: int, prune: bool):
-    """The translations and the sentences per second."""
-    start = time.perf_counter()
-    lines = translate(model, tokenizer, sentences, beam=beam, prune=prune)
-    return lines, len(sentences) / (time.perf_counter() - start)
+def sacrebleu(hypotheses: list[str], references: list[str]) -> float:
+    from sacrebleu.metrics import BLEU
+
+    return BLEU().corpus_score(hypotheses, [references]).score
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--sentences", type=int, default=150, help="the first N of test 2016"
+        "--sentences", type=int, default=300, help="the first N of the split"
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="every sentence of the split"
+    )
+    parser.add_argument(
+        "--split", default="test2016", help="default test2016 (val: 1,014)"
     )
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument(
         "--prune",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="drop finished sentences from the batch (--no-prune: the reference)",
+        help="drop finished sentences from the batch (--no-prune: the old loop)",
     )
+    parser.add_argument("--quantize", choices=["int8"], default=None)
+    parser.add_argument("--amp", choices=sorted(AMP), default=None)
     parser.add_argument(
         "--compare",
         action="store_true",
-        help="both ways; count identical outputs",
+        help="float32 too; sacreBLEU of both, identical outputs",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--run", default=str(SHARED / "runs/multi30k-h100"))
@@ -63,26 +74,39 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     published = load_published(args.run, download=False)
     model, tokenizer = published.model, published.tokenizer
-    sentences = [
-        src
-        for src, _ in load_multi30k("test2016", args.data)[: args.sentences]
-    ]
-    modes = [True, False] if args.compare else [args.prune]
+    pairs = load_multi30k(args.split, args.data)
+    pairs = pairs if args.all else pairs[: args.sentences]
+    sentences, references = [s for s, _ in pairs], [t for _, t in pairs]
+    option = dict(
+        beam=args.beam,
+        prune=args.prune,
+        quantize=args.quantize,
+        amp_dtype=AMP.get(args.amp),
+    )
+    settings = {"option": option}
+    if args.compare:
+        settings["float32"] = dict(beam=args.beam)
     outputs = {}
-    for prune in modes:
-        outputs[prune], rate = timed_translate(
-            model, tokenizer, sentences, args.beam, prune
-        )
+    for name, kwargs in settings.items():
         print(
-            f"prune={prune}: {len(sentences)} sentences, beam {args.beam}, "
-            f"{args.threads} thread(s): {rate:.2f} sentences/s"
+            f"{args.split}, {args.threads} thread(s), prune={kwargs.get('prune', True)}:"
+        )
+        outputs[name] = translate(
+            model, tokenizer, sentences, **kwargs, log=print
         )
     if args.compare:
+        for name, lines in outputs.items():
+            print(f"sacreBLEU {name}: {sacrebleu(lines, references):.2f}")
         same = sum(
             a == b
-            for a, b in zip(outputs[True], outputs[False], strict=True)
+            for a, b in zip(
+                outputs["option"], outputs["float32"], strict=True
+            )
         )
-        print(f"identical outputs: {same}/{len(sentences)}")
+        print(
+            f"identical to float32: {same}/{len(sentences)} "
+            f"({100 * same / len(sentences):.1f} %)"
+        )
 
 
 if __name__ == "__main__":

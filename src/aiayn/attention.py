@@ -429,9 +429,11 @@ class MultiHeadAttention(nn.Module):
             q = self.w_q(query)  # (B, L_q, h * d_k)
             q = q.view(B, L_q, h, d_k).transpose(1, 2)  # (B, h, L_q, d_k)
             return q, cache.k, cache.v
-        if self.packed and query is key and key is value:
+        # int8 projections (``translation.int8_copy``) hold no float weight to stack
+        packed = self.packed and isinstance(self.w_k, nn.Linear)
+        if packed and query is key and key is value:
             q, k, v = self._packed_linear(("w_q", "w_k", "w_v"), query)
-        elif self.packed and key is value:
+        elif packed and key is value:
             q = self.w_q(query)
             k, v = self._packed_linear(("w_k", "w_v"), key)
         else:
