@@ -24,22 +24,14 @@ from aiayn.translation import (
     describe_decoding,
     evaluate,
     int8_copy,
-    load_run,
     translate,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
+
 SENTENCES = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball."]
-
-
-@pytest.fixture(scope="module")
-def published():
-    if not PUBLISHED.is_dir():
-        pytest.fail(f"the published model is missing from {PUBLISHED}")
-    _, tokenizer, model, _ = load_run(PUBLISHED, "cpu")  # reads only
-    return model, tokenizer
 
 
 def tiny_model() -> Transformer:

@@ -8,28 +8,18 @@ with a warning that says how much was cut. The same holds in ``translate`` and t
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import matplotlib
 import pytest
 
 matplotlib.use("Agg")
 
-from aiayn.translation import load_run, source_ids, translate  # noqa: E402
+from aiayn.translation import source_ids, translate  # noqa: E402
 from aiayn.widgets import Translator  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
 LONG = " ".join(["Ein Hund läuft über die Wiese."] * 40)  # about 280 pieces
-
-
-@pytest.fixture(scope="module")
-def published():
-    if not PUBLISHED.is_dir():
-        pytest.fail(f"the published model is missing from {PUBLISHED}")
-    _, tokenizer, model, _ = load_run(PUBLISHED, "cpu")  # reads only
-    return model, tokenizer
 
 
 def test_blank_and_unknown_sentences_translate_to_nothing(published):
