@@ -13,7 +13,14 @@ import pytest
 import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from aiayn.bleu import BLEUResult, corpus_bleu, sentence_bleu, tokenize_13a
+from aiayn.bleu import (
+    BLEUResult,
+    bootstrap_bleu,
+    corpus_bleu,
+    paired_bootstrap,
+    sentence_bleu,
+    tokenize_13a,
+)
 
 TOL = 1e-9
 
@@ -362,3 +369,114 @@ def test_a_generator_of_hypotheses_is_read_like_a_list():
 def test_bad_smoothing_options_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         corpus_bleu(["a cat"], ["a cat"], **kwargs)
+
+
+# --- confidence intervals and paired tests, against sacreBLEU's bootstrap ------------------------
+
+# sacreBLEU sums the resampled statistics in float32 and scores them in float32 arithmetic
+# (numpy 2 keeps float32 when a Python float meets it): its means and intervals differ from ours
+# in the 7th significant digit. Same seed, same draws, so nothing else differs.
+BOOT_TOL = 1e-4
+
+
+def test_bootstrap_interval_equals_sacrebleus_confidence():
+    refs = load_references()
+    hyps = corrupt(refs, "drop", seed=1)
+    ours = bootstrap_bleu(hyps, refs)  # seed 12345: sacreBLEU's default
+    theirs = sacrebleu.metrics.BLEU().corpus_score(hyps, [refs], n_bootstrap=1000)
+    assert ours.score == pytest.approx(theirs.score, abs=TOL, rel=0)
+    assert ours.mean == pytest.approx(theirs._mean, abs=BOOT_TOL, rel=0)
+    assert ours.half_width == pytest.approx(theirs._ci, abs=BOOT_TOL, rel=0)
+    assert ours.low < ours.score < ours.high
+    assert (ours.n_resamples, ours.seed, ours.confidence) == (1000, 12345, 0.95)
+
+
+def test_paired_bootstrap_equals_sacrebleus_paired_bs():
+    from sacrebleu.significance import PairedTest
+
+    refs = load_references()
+    baseline, system = corrupt(refs, "drop", seed=1), corrupt(refs, "drop", seed=2)
+    ours = paired_bootstrap(baseline, system, refs)
+    metric = sacrebleu.metrics.BLEU(references=[refs])
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": metric}, None, test_type="bs",
+                      n_samples=1000)  # fmt: skip
+    _, scores = test()
+    theirs_baseline, theirs = scores["BLEU"]
+    assert 0.01 < ours.p_value < 0.9  # two close systems: an interesting p
+    assert ours.p_value == pytest.approx(theirs.p_value, abs=2 / 1001)
+    assert ours.system.mean == pytest.approx(theirs.mean, abs=BOOT_TOL, rel=0)
+    assert ours.system.half_width == pytest.approx(theirs.ci, abs=BOOT_TOL, rel=0)
+    assert ours.baseline.half_width == pytest.approx(theirs_baseline.ci, abs=BOOT_TOL, rel=0)
+    assert ours.difference == pytest.approx(theirs.score - theirs_baseline.score, abs=TOL)
+    assert ours.low < ours.difference < ours.high
+
+
+def test_bootstrap_repeats_with_its_seed_and_changes_without():
+    refs = load_references()[:200]
+    hyps = corrupt(refs, "swap", seed=3)
+    first, again = bootstrap_bleu(hyps, refs, seed=7), bootstrap_bleu(hyps, refs, seed=7)
+    assert first == again
+    other = bootstrap_bleu(hyps, refs, seed=8)
+    assert other.score == first.score and (other.low, other.high) != (first.low, first.high)
+    assert "95% interval [" in str(first) and "seed 7" in str(first)
+
+
+def test_a_wider_confidence_gives_a_wider_interval():
+    refs = load_references()[:300]
+    hyps = corrupt(refs, "truncate", seed=4)
+    narrow = bootstrap_bleu(hyps, refs, confidence=0.8)
+    wide = bootstrap_bleu(hyps, refs, confidence=0.99)
+    assert wide.low <= narrow.low < narrow.high <= wide.high
+
+
+def test_a_clear_gain_is_significant_and_a_system_against_itself_is_not():
+    refs = load_references()[:300]
+    good, bad = corrupt(refs, "drop", seed=5), corrupt_all(refs, seed=6)
+    clear = paired_bootstrap(bad, good, refs)
+    assert clear.difference > 20 and clear.significant() and clear.sign_flips == 0
+    assert "difference +" in str(clear) and "p = 0.001" in str(clear)
+    same = paired_bootstrap(good, good, refs)
+    assert same.difference == 0 and same.low == same.high == 0
+    assert not same.significant() and same.p_value == 1 and same.sign_flips == 1
+
+
+def test_the_paired_intervals_are_each_systems_own():
+    refs = load_references()[:250]
+    a, b = corrupt(refs, "drop", seed=1), corrupt(refs, "swap", seed=2)
+    paired = paired_bootstrap(a, b, refs, seed=11)
+    assert paired.baseline == bootstrap_bleu(a, refs, seed=11)
+    assert paired.system == bootstrap_bleu(b, refs, seed=11)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_resamples": 1}, "n_resamples must be an integer >= 2, got 1"),
+        ({"n_resamples": 100.0}, "n_resamples must be an integer >= 2, got 100.0"),
+        ({"seed": None}, r"seed must be a non-negative integer \(the resamples are drawn from it.*got None"),
+        ({"seed": -1}, "seed must be a non-negative integer .*got -1"),
+        ({"confidence": 95}, r"confidence must be a number between 0 and 1 \(0.95 for 95 %\), got 95"),
+        ({"confidence": 1.0}, "confidence must be a number between 0 and 1 .*got 1.0"),
+    ],
+)
+def test_bad_bootstrap_options_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        bootstrap_bleu(["a cat"], ["a cat"], **kwargs)
+    with pytest.raises(ValueError, match=message):
+        paired_bootstrap(["a cat"], ["a cat"], ["a cat"], **kwargs)
+
+
+def test_paired_bootstrap_refuses_systems_of_different_lengths():
+    with pytest.raises(ValueError, match="baseline and system must translate the same sentences, got 2 and 1 lines"):
+        paired_bootstrap(["a", "b"], ["a"], ["a", "b"])
+    with pytest.raises(ValueError, match="got 2 hypotheses and 3 references"):
+        paired_bootstrap(["a", "b"], ["a", "b"], ["a", "b", "c"])
+    with pytest.raises(TypeError, match=r"system: expected a list of str, .*got a single str"):
+        paired_bootstrap(["a"], "a", ["a"])
+
+
+def test_bootstrap_refuses_what_corpus_bleu_refuses():
+    with pytest.raises(ValueError, match="empty corpus"):
+        bootstrap_bleu([], [])
+    with pytest.raises(TypeError, match=r"hypotheses\[0\]: expected a str, got int"):
+        bootstrap_bleu([5], ["a cat"])

@@ -155,24 +155,69 @@ def test_the_laptop_record_is_the_laptop_preset():
     assert len(laptop["examples"]) == 6
 
 
-def test_the_length_penalty_was_chosen_on_validation_and_rescores():
-    sweep = json.loads((RESULTS / "length_penalty.json").read_text())
-    best = max(sweep["val"], key=lambda row: row["sacrebleu"])
-    assert sweep["chosen"] == best["length_penalty"]
-    chosen = sweep["test2016"][str(sweep["chosen"])]
-    hypotheses = (
-        (RESULTS / sweep["hypotheses"])
-        .read_text(encoding="utf-8")
-        .splitlines()
-    )
-    references = [
-        en for _, en in load_multi30k("test2016", data_dir(), download=False)
-    ]
-    assert len(hypotheses) == len(references) == 1000
-    score = corpus_bleu(hypotheses, references).score
-    assert round(score, 2) == chosen["sacrebleu"] == chosen["bleu"]
-    baseline = sweep["test2016"]["0.6"]["sacrebleu"]
-    assert chosen["sacrebleu"] > baseline  # what choosing on val bought
+SWEEP = json.loads((RESULTS / "length_penalty.json").read_text())
+
+
+def lines_of(name: str) -> list[str]:
+    return (RESULTS / name).read_text(encoding="utf-8").splitlines()
+
+
+def english(split: str) -> list[str]:
+    return [en for _, en in load_multi30k(split, data_dir(), download=False)]
+
+
+def same_figures(row: dict, result) -> None:
+    """A recorded row holds the rescored BLEU and its 95 % interval, to the hundredth."""
+    assert round(result.score, 2) == row["sacrebleu"] == row["bleu"]
+    assert (round(result.low, 2), round(result.high, 2)) == (row["low"], row["high"])
+
+
+def test_the_length_penalty_follows_the_rule_stated_before_the_sweep():
+    val = SWEEP["val"]
+    assert [row["length_penalty"] for row in val] == [0.6, 1.0, 1.4, 1.8, 2.2]
+    best = max(val, key=lambda row: row["sacrebleu"])
+    assert SWEEP["best_on_val"] == best["length_penalty"]
+    assert "not significantly below the best" in SWEEP["rule"]
+    # the rule, as stated: not significantly below the best, closest to 0.6
+    eligible = [r for r in val if r is best or r["vs_best"]["p_value"] >= 0.05]
+    closest = min(eligible, key=lambda r: (abs(r["length_penalty"] - 0.6), r["length_penalty"]))
+    assert SWEEP["chosen"] == closest["length_penalty"]
+    assert SWEEP["hypotheses"] == f"multi30k.test2016.lp{SWEEP['chosen']}.hyp.en"
+    assert SWEEP["commands"][0] == "python tools/length_penalty_sweep.py --out src/aiayn/results"
+
+
+def test_the_validation_translations_rescore_with_their_intervals_and_tests():
+    from aiayn.bleu import bootstrap_bleu, paired_bootstrap
+
+    references = english("val")
+    hypotheses = {row["length_penalty"]: lines_of(row["hypotheses"]) for row in SWEEP["val"]}
+    best = hypotheses[SWEEP["best_on_val"]]
+    for row in SWEEP["val"]:
+        lines = hypotheses[row["length_penalty"]]
+        assert len(lines) == len(references) == 1014
+        same_figures(row, bootstrap_bleu(lines, references))
+        test = paired_bootstrap(best, lines, references)
+        assert round(test.difference, 2) == row["vs_best"]["difference"]
+        assert round(test.p_value, 4) == row["vs_best"]["p_value"]
+
+
+def test_test2016_rescores_at_the_chosen_alpha_and_the_runs_own():
+    from aiayn.bleu import bootstrap_bleu, paired_bootstrap
+
+    references = english("test2016")
+    tested = SWEEP["test2016"]
+    assert {str(SWEEP["chosen"]), "0.6", str(SWEEP["best_on_val"])} == set(tested)
+    for row in tested.values():
+        lines = lines_of(row["hypotheses"])
+        assert len(lines) == len(references) == 1000
+        same_figures(row, bootstrap_bleu(lines, references))
+    for row in SWEEP["test2016_paired"]:
+        baseline = lines_of(tested[str(row["baseline"])]["hypotheses"])
+        system = lines_of(tested[str(row["system"])]["hypotheses"])
+        test = paired_bootstrap(baseline, system, references)
+        assert round(test.difference, 2) == row["difference"]
+        assert (round(test.low, 2), round(test.high, 2)) == (row["low"], row["high"])
+        assert round(test.p_value, 4) == row["p_value"]
 
 
 def test_the_committed_attention_is_the_published_models():
@@ -197,3 +242,17 @@ def test_the_committed_attention_is_the_published_models():
         for kind, layers in again.items():
             for w, stored in zip(layers, maps[kind], strict=True):
                 torch.testing.assert_close(stored, w, atol=5e-4 + 1e-6, rtol=0)
+
+
+def test_the_chapter_states_the_rules_test_score_and_its_interval():
+    from aiayn.bleu import bootstrap_bleu
+
+    cells = json.loads(CHAPTER.read_text())["cells"]
+    prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    chosen = SWEEP["test2016"][str(SWEEP["chosen"])]
+    interval = bootstrap_bleu(lines_of(chosen["hypotheses"]), english("test2016"))
+    stated = (f"{chosen['sacrebleu']:.2f} sacreBLEU on test 2016 at $\\alpha$ = {SWEEP['chosen']}\n"
+              f"(95 % interval {interval.low:.1f} to {interval.high:.1f})")  # fmt: skip
+    assert stated in prose
+    gain = next(r for r in SWEEP["test2016_paired"] if (r["baseline"], r["system"]) == (0.6, SWEEP["chosen"]))
+    assert f"between {gain['low']:+.2f}\nand {gain['high']:+.2f}" in prose

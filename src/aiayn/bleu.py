@@ -13,6 +13,12 @@ BLEU compares a system's translations (hypotheses) with human translations (refe
 
 Scores are reported on sacreBLEU's 0–100 scale.
 
+How sure is a score? ``bootstrap_bleu`` draws the test set again, sentence by sentence with
+replacement, many times, and reports the spread of BLEU over those resampled sets: a 95 % confidence
+interval. ``paired_bootstrap`` does the same for two systems on the same draws, which tells whether
+their difference is larger than the test set's noise (Koehn 2004; sacreBLEU's ``--paired-bs``). Both
+need each sentence's statistics only once: a resample's BLEU is the score of summed counts.
+
     n  n-gram order (1..max_order)        c  hypothesis length        r  reference length
 """
 
@@ -24,12 +30,18 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "BLEUResult",
     "tokenize_13a",
     "corpus_bleu",
     "sentence_bleu",
     "SMOOTHING_METHODS",
+    "BootstrapResult",
+    "PairedBootstrapResult",
+    "bootstrap_bleu",
+    "paired_bootstrap",
 ]
 
 # The smoothing methods of Chen & Cherry (2014) that sacreBLEU offers, with their default values.
@@ -244,7 +256,7 @@ def _unordered(value: object) -> bool:
 
 def _sentences(value: object, name: str) -> list:
     """``hypotheses`` or ``references`` as a list, one entry per sentence; a ``TypeError`` otherwise."""
-    if name == "hypotheses":
+    if name != "references":  # hypotheses, or one system of two
         wanted = "a list of str, one per sentence"
     else:
         wanted = (
@@ -337,6 +349,16 @@ def corpus_bleu(
         A ``BLEUResult``.
     """
     _check_options(max_order, smooth, smooth_value)
+    stats = _corpus_stats(hypotheses, references, max_order, lowercase)
+    totals = [sum(column) for column in zip(*stats, strict=True)]
+    options = (max_order, smooth, smooth_value, effective_order)
+    return _from_sums(totals, *options)
+
+
+def _corpus_stats(
+    hypotheses: object, references: object, max_order: int, lowercase: bool
+) -> list[list[int]]:
+    """One row per sentence, ``[c, r, counts..., totals...]`` (sacreBLEU's layout); inputs checked."""
     hypotheses = _sentences(hypotheses, "hypotheses")
     references = _sentences(references, "references")
     if len(hypotheses) != len(references):
@@ -349,9 +371,7 @@ def corpus_bleu(
         raise ValueError(
             "expected at least one hypothesis, got an empty corpus"
         )
-
-    hyp_len = ref_len = 0
-    counts, totals = [0] * max_order, [0] * max_order
+    rows = []
     pairs = zip(hypotheses, references, strict=True)
     for i, (hyp, refs) in enumerate(pairs):
         hyp = _check_text(hyp, f"hypotheses[{i}]")
@@ -359,11 +379,23 @@ def corpus_bleu(
         hyp = _prepare(hyp, lowercase)
         refs = [_prepare(ref, lowercase) for ref in refs]
         c, r, matches, ngrams = _sentence_stats(hyp, refs, max_order)
-        hyp_len, ref_len = hyp_len + c, ref_len + r
-        counts = [a + b for a, b in zip(counts, matches, strict=True)]
-        totals = [a + b for a, b in zip(totals, ngrams, strict=True)]
+        rows.append([c, r, *matches, *ngrams])
+    return rows
+
+
+def _from_sums(
+    sums: Sequence[int],
+    max_order: int,
+    smooth: str,
+    smooth_value: float | None,
+    effective_order: bool,
+) -> BLEUResult:
+    """Score one row of summed statistics ``[c, r, counts..., totals...]``."""
+    c, r = int(sums[0]), int(sums[1])
+    counts = [int(x) for x in sums[2 : 2 + max_order]]
+    totals = [int(x) for x in sums[2 + max_order :]]
     options = (max_order, smooth, smooth_value, effective_order)
-    return _score(counts, totals, hyp_len, ref_len, *options)
+    return _score(counts, totals, c, r, *options)
 
 
 def sentence_bleu(
@@ -394,3 +426,232 @@ def sentence_bleu(
     refs = _references(references, "references")
     options = (max_order, smooth, smooth_value, lowercase)
     return corpus_bleu([hypothesis], [refs], *options, effective_order=True)
+
+
+# --- Confidence: bootstrap resampling of sentences ------------------------------------------------
+
+# sacreBLEU's default seed (its $SACREBLEU_SEED): the same seed draws the same resamples.
+BOOTSTRAP_SEED = 12345
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Corpus BLEU with a bootstrap confidence interval.
+
+    Args:
+        score: BLEU of the corpus as it is (``corpus_bleu``).
+        low, high: the interval: the resampled BLEU scores, sorted, cut at the
+            (1 − confidence) / 2 share at each end (sacreBLEU's cut: index n // 40 for 95 %).
+        mean: the mean of the resampled scores.
+        confidence: the interval's confidence, 0.95 for 95 %.
+        n_resamples: how many resampled corpora were scored.
+        seed: the seed of the resampling.
+    """
+
+    score: float
+    low: float
+    high: float
+    mean: float
+    confidence: float
+    n_resamples: int
+    seed: int
+
+    @property
+    def half_width(self) -> float:
+        """(high − low) / 2: the "± ci" that sacreBLEU prints after the mean."""
+        return (self.high - self.low) / 2
+
+    def __str__(self) -> str:
+        return (
+            f"BLEU = {self.score:.2f}, {self.confidence:.0%} interval "
+            f"[{self.low:.2f}, {self.high:.2f}] "
+            f"({self.n_resamples} resamples, seed {self.seed})"
+        )
+
+
+@dataclass(frozen=True)
+class PairedBootstrapResult:
+    """Two systems resampled together: is their BLEU difference more than noise?
+
+    Args:
+        baseline, system: each system's ``BootstrapResult`` (from the same resamples).
+        difference: system BLEU − baseline BLEU on the corpus as it is.
+        low, high: the confidence interval of the difference over the resamples.
+        p_value: sacreBLEU's paired bootstrap p-value: the share (+1 in numerator and
+            denominator) of resamples whose absolute difference, centred on the resamples'
+            mean absolute difference, reaches the observed one; small means "not noise".
+            Ties count, so a system against itself gets p = 1 (sacreBLEU: 0.001).
+        sign_flips: the share of resamples where the difference is zero or has the other sign
+            (1 when the observed difference is 0); Koehn (2004) calls the system better with
+            95 % confidence when this is at most 0.05.
+    """
+
+    baseline: BootstrapResult
+    system: BootstrapResult
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    sign_flips: float
+
+    def significant(self, level: float = 0.05) -> bool:
+        """True when the p-value is below ``level``: the difference is unlikely to be noise."""
+        return self.p_value < level
+
+    def __str__(self) -> str:
+        return (
+            f"difference {self.difference:+.2f} BLEU, "
+            f"{self.system.confidence:.0%} interval "
+            f"[{self.low:+.2f}, {self.high:+.2f}], p = {self.p_value:.3f}, "
+            f"other sign in {self.sign_flips:.1%} of resamples"
+        )
+
+
+def _check_bootstrap(n_resamples: int, seed: int, confidence: float) -> None:
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not is_int(n_resamples) or n_resamples < 2:
+        raise ValueError(
+            f"n_resamples must be an integer >= 2, got {n_resamples!r}"
+        )
+    if not is_int(seed) or seed < 0:
+        raise ValueError(
+            "seed must be a non-negative integer (the resamples are drawn "
+            f"from it, so that they repeat), got {seed!r}"
+        )
+    is_number = isinstance(confidence, (int, float)) and not isinstance(
+        confidence, bool
+    )
+    if not (is_number and 0 < confidence < 1):
+        raise ValueError(
+            "confidence must be a number between 0 and 1 (0.95 for 95 %), "
+            f"got {confidence!r}"
+        )
+
+
+def _resamples(n_sentences: int, n_resamples: int, seed: int) -> np.ndarray:
+    """``(n_resamples, n_sentences)`` sentence indices drawn with replacement, as sacreBLEU draws them."""
+    rng = np.random.default_rng(seed)
+    return rng.choice(
+        n_sentences, size=(n_resamples, n_sentences), replace=True
+    )
+
+
+def _resampled_scores(
+    stats: np.ndarray, draws: np.ndarray, options: tuple
+) -> np.ndarray:
+    """BLEU of every resample: sum its sentences' statistics, then score the sums; ``(n_resamples,)``."""
+    return np.array(
+        [_from_sums(stats[d].sum(0), *options).score for d in draws]
+    )
+
+
+def _interval(
+    score: float, scores: np.ndarray, confidence: float, seed: int
+) -> BootstrapResult:
+    n = len(scores)
+    ordered = np.sort(scores)
+    # the index sacreBLEU cuts at (n // 40 for 95 %); a tiny epsilon keeps
+    # 1000 · 0.05 / 2 from rounding down to 24.999...
+    cut = int(n * (1 - confidence) / 2 + 1e-9)
+    low, high = float(ordered[cut]), float(ordered[n - cut - 1])
+    mean = float(scores.mean())
+    return BootstrapResult(score, low, high, mean, confidence, n, seed)
+
+
+def bootstrap_bleu(
+    hypotheses: Sequence[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    n_resamples: int = 1000,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = 0.95,
+    lowercase: bool = False,
+) -> BootstrapResult:
+    """Corpus BLEU with a confidence interval, by bootstrap resampling of sentences.
+
+    Each resample draws N sentences from the N of the corpus with replacement and scores them;
+    the spread of those scores says how much the BLEU of another test set of the same kind could
+    differ. With the default seed the resamples are sacreBLEU's (``--confidence``), so the mean
+    and the half width equal its ``μ ± ci`` (up to its float32 sums).
+
+    Args:
+        hypotheses, references: as in ``corpus_bleu`` (length N each).
+        n_resamples: resampled corpora to score (at least 2; sacreBLEU uses 1,000).
+        seed: seed of the draws; the same seed gives the same interval.
+        confidence: the interval's confidence, 0.95 for 95 %.
+        lowercase: compare case-insensitively.
+
+    Returns:
+        A ``BootstrapResult``.
+    """
+    _check_bootstrap(n_resamples, seed, confidence)
+    stats = np.array(_corpus_stats(hypotheses, references, 4, lowercase))
+    options = (4, "exp", None, False)  # corpus_bleu's defaults
+    score = _from_sums(stats.sum(0), *options).score
+    draws = _resamples(len(stats), n_resamples, seed)
+    scores = _resampled_scores(stats, draws, options)
+    return _interval(score, scores, confidence, seed)
+
+
+def paired_bootstrap(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str] | Sequence[Sequence[str]],
+    n_resamples: int = 1000,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = 0.95,
+    lowercase: bool = False,
+) -> PairedBootstrapResult:
+    """Compare two systems' BLEU on the same sentences: paired bootstrap resampling (Koehn 2004).
+
+    Both systems are scored on the same resamples, so what varies is only which sentences are
+    drawn; a difference that keeps its sign in (nearly) every resample is not the luck of the test
+    set. The p-value is sacreBLEU's ``--paired-bs`` one, and with the default seed equal to it.
+
+    Args:
+        baseline, system: one output per sentence each, in the same order (length N).
+        references: as in ``corpus_bleu`` (length N).
+        n_resamples, seed, confidence, lowercase: as in ``bootstrap_bleu``.
+
+    Returns:
+        A ``PairedBootstrapResult``.
+    """
+    _check_bootstrap(n_resamples, seed, confidence)
+    baseline = _sentences(baseline, "baseline")
+    system = _sentences(system, "system")
+    if len(baseline) != len(system):
+        raise ValueError(
+            "baseline and system must translate the same sentences, "
+            f"got {len(baseline)} and {len(system)} lines"
+        )
+    a = np.array(_corpus_stats(baseline, references, 4, lowercase))
+    b = np.array(_corpus_stats(system, references, 4, lowercase))
+    options = (4, "exp", None, False)
+    score_a = _from_sums(a.sum(0), *options).score
+    score_b = _from_sums(b.sum(0), *options).score
+    draws = _resamples(len(a), n_resamples, seed)
+    scores_a = _resampled_scores(a, draws, options)
+    scores_b = _resampled_scores(b, draws, options)
+    observed = score_b - score_a
+    diffs = scores_b - scores_a  # (n_resamples,)
+    # sacreBLEU: centre the absolute differences on their mean (the null
+    # hypothesis) and count how often they reach the observed one; ties
+    # count (sacreBLEU's strict > gives a system against itself p = 0.001)
+    centred = np.abs(diffs) - np.abs(diffs).mean()
+    exceed = int((centred >= abs(observed)).sum())
+    p_value = (exceed + 1) / (n_resamples + 1)
+    if observed == 0:
+        flips = 1.0
+    else:
+        flips = float((np.sign(diffs) != np.sign(observed)).mean())
+    spread = _interval(observed, diffs, confidence, seed)
+    return PairedBootstrapResult(
+        _interval(score_a, scores_a, confidence, seed),
+        _interval(score_b, scores_b, confidence, seed),
+        observed,
+        spread.low,
+        spread.high,
+        p_value,
+        flips,
+    )
