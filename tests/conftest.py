@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
+# the Multi30k files beside the repository (CI sets $AIAYN_DATA to them)
+DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 # the published model, read only (tests that change a run work on a copy in a temporary folder)
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
 
@@ -33,3 +36,27 @@ def published():
         pytest.fail(f"the published model is missing from {PUBLISHED}")
     _, tokenizer, model, _ = load_run(PUBLISHED, "cpu")
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    """The Multi30k folder: ``$AIAYN_DATA``, else ``../shared/data/multi30k``; the tests train on it."""
+    from aiayn.data import SHA256
+
+    folder = Path(os.environ.get("AIAYN_DATA") or DATA)
+    missing = [name for name in SHA256 if not (folder / name).is_file()]
+    if missing:
+        pytest.fail(
+            f"Multi30k files {missing} are missing from {folder}: set AIAYN_DATA to the folder "
+            "that holds the six *.gz files (see aiayn.data.load_multi30k)"
+        )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """Tokenizers are cached in a temporary folder (also for subprocesses), not in ~/.cache."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder

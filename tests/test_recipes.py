@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from aiayn.bench import (
     training_flops,
 )
 from aiayn.checkpoints import save_checkpoint
-from aiayn.data import BOS, EOS, PAD, SHA256, load_multi30k
+from aiayn.data import BOS, EOS, PAD, load_multi30k
 from aiayn.decoding import beam_search
 from aiayn.layers import set_fast
 from aiayn.loss import LabelSmoothingLoss
@@ -44,26 +43,6 @@ PUBLISHED = Path(__file__).resolve().parents[1].parent / "shared/runs/multi30k-h
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def root() -> Path:
-    folder = Path(os.environ.get("AIAYN_DATA") or Path(__file__).resolve().parents[1].parent / "shared/data/multi30k")
-    missing = [name for name in SHA256 if not (folder / name).is_file()]
-    if missing:
-        pytest.fail(
-            f"Multi30k files {missing} are missing from {folder}. These tests train on the real data: "
-            "set AIAYN_DATA to the folder that holds the six *.gz files (see aiayn.data.load_multi30k)."
-        )
-    return folder
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """Tokenizers are cached in a temporary folder, not in ~/.cache."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-        yield
 
 
 @pytest.fixture(scope="module")

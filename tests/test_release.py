@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from aiayn import published as P
-from aiayn.data import SHA256, load_multi30k
+from aiayn.data import load_multi30k
 from aiayn.presets import PRESETS
 from aiayn.recipes import train
 from aiayn.translation import evaluate, load_run, translate
@@ -32,22 +32,6 @@ TINY = PRESETS["multi30k-smoke"].with_changes(
 WEIGHTS = "multi30k-smoke-averaged-fp32.pt"  # float32 by default: exactly the run
 
 
-@pytest.fixture(scope="module")
-def root() -> Path:
-    folder = Path(os.environ.get("AIAYN_DATA") or REPO.parent / "shared/data/multi30k")
-    missing = [name for name in SHA256 if not (folder / name).is_file()]
-    if missing:
-        pytest.fail(f"Multi30k files {missing} are missing from {folder}: set AIAYN_DATA to the folder with them")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """Tokenizers are cached in a temporary folder, shared with the subprocesses."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(folder))
-        yield folder
 
 
 @pytest.fixture(scope="module")

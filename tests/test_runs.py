@@ -16,7 +16,6 @@ import torch
 
 from aiayn import evaluate as eval_cli
 from aiayn import train as train_cli
-from aiayn.data import SHA256
 from aiayn.presets import PRESETS
 from aiayn.recipes import train
 from aiayn.runs import ResumeError, RunFolder, RunFolderError
@@ -33,22 +32,6 @@ TINY = PRESETS["multi30k-smoke"].with_changes(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def root() -> Path:
-    folder = Path(os.environ.get("AIAYN_DATA") or REPO.parent / "shared/data/multi30k")
-    missing = [name for name in SHA256 if not (folder / name).is_file()]
-    if missing:
-        pytest.fail(f"Multi30k files {missing} are missing from {folder}: set AIAYN_DATA to the folder with them")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """Tokenizers are cached in a temporary folder, shared with the subprocesses."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(folder))
-        yield folder
 
 
 @pytest.fixture(scope="module")
