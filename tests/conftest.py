@@ -60,3 +60,18 @@ def cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(folder))
         yield folder
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """The published model exported by ``python -m aiayn.export`` into a temporary folder, the int8
+    files scored on the first 100 sentences of test 2016 (greedy and beam 4)."""
+    from aiayn.export import main
+
+    if not PUBLISHED.is_dir():
+        pytest.fail(f"the published model is missing from {PUBLISHED}")
+    out = tmp_path_factory.mktemp("export")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIAYN_DATA", os.environ.get("AIAYN_DATA") or str(DATA))
+        main([str(PUBLISHED), "--out", str(out), "--limit", "100"])
+    return out

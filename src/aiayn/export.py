@@ -1,0 +1,691 @@
+"""The translator without PyTorch: ONNX graphs that onnxruntime runs in Python and in a web page.
+
+``python -m aiayn.export [RUN] --out DIR`` writes, for the published model or any run folder:
+
+- ``encoder.onnx``: source ids ``src (batch, src_len)`` -> ``memory (batch, src_len, d_model)`` and
+  ``encoder_attention (N, batch, h, src_len, src_len)``, the weights of every layer and head;
+- ``decoder.onnx``: ``memory``, ``src`` and a ``prefix (batch, tgt_len)`` that starts with ``<bos>``
+  -> ``log_probs (batch, V)`` of the token after the prefix, ``cross_attention
+  (N, batch, h, tgt_len, src_len)`` and ``decoder_attention (N, batch, h, tgt_len, tgt_len)``. It
+  reruns the whole prefix at every step (no cache): simple, and fast enough for one sentence;
+- ``encoder.int8.onnx``, ``decoder.int8.onnx``: the same graphs with int8 weights
+  (``onnxruntime.quantization.quantize_dynamic``), what the book's page downloads;
+- ``tokenizer.json``: the sentencepiece pieces and scores, for the tokenizer the page runs;
+- ``translator.json``: the decoding settings of the run (beam, alpha, output limit);
+- ``manifest.json``: every file's SHA-256 and size, and the BLEU on test 2016 of these exact files.
+
+Below the export, the search the page runs, written once in Python (``greedy``, ``beam_search``,
+``attention``, ``bpe_encode`` ...): ``aiayn/web/translator.mjs`` mirrors these functions one by one,
+and the tests hold the two equal on the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .attention import set_fused
+from .checks import atomic_write
+
+GRAPHS = ("encoder", "decoder")
+ENCODER_OUTPUTS = ["memory", "encoder_attention"]
+DECODER_OUTPUTS = ["log_probs", "cross_attention", "decoder_attention"]
+MANIFEST = "manifest.json"
+TOKENIZER_JSON = "tokenizer.json"
+SETTINGS_JSON = "translator.json"
+BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
+
+
+def graph_file(name: str, int8: bool) -> str:
+    """``encoder.onnx``, ``decoder.int8.onnx`` ..."""
+    return f"{name}.int8.onnx" if int8 else f"{name}.onnx"
+
+
+# --- The graphs -----------------------------------------------------------------------------------
+
+
+class EncoderGraph(nn.Module):
+    """``src`` -> ``memory`` and the encoder's attention weights, the masks built inside.
+
+    The model's own ``encode`` checks shapes in Python, which tracing cannot follow; here the
+    padding mask is one tensor expression. The explicit attention path keeps every layer's weights.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor):
+        m = self.model
+        src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
+        memory = m.encoder(m.src_embed(src), src_mask)  # (B, S, d_model)
+        weights = [layer.self_attn.attn for layer in m.encoder.layers]
+        return memory, torch.stack(weights)  # (N, B, h, S, S)
+
+
+class DecoderGraph(nn.Module):
+    """``memory, src, prefix`` -> log-probabilities of the next token and the decoder's attention."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, memory: torch.Tensor, src: torch.Tensor, prefix: torch.Tensor
+    ):
+        m = self.model
+        src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
+        T = prefix.size(1)
+        causal = torch.ones(
+            T, T, dtype=torch.bool, device=prefix.device
+        ).tril()
+        tgt_mask = (prefix != m.config.pad_id)[:, None, None, :] & causal
+        x = m.decoder(m.tgt_embed(prefix), memory, src_mask, tgt_mask)
+        log_probs = m.generator(x[:, -1]).float().log_softmax(-1)  # (B, V)
+        layers = m.decoder.layers
+        cross = torch.stack([layer.cross_attn.attn for layer in layers])
+        self_attn = torch.stack([layer.self_attn.attn for layer in layers])
+        # (B, V), (N, B, h, T, S), (N, B, h, T, T)
+        return log_probs, cross, self_attn
+
+
+def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
+    """``torch.onnx.export`` of one graph (the dynamo exporter), inputs named and sized."""
+    program = torch.onnx.export(
+        graph,
+        args,
+        dynamo=True,
+        input_names=names,
+        output_names=outputs,
+        dynamic_shapes=dict(zip(names, shapes, strict=True)),
+        verbose=False,
+    )
+    program.save(str(path))
+
+
+def export_graphs(model: nn.Module, out: Path) -> list[Path]:
+    """Write ``encoder.onnx`` and ``decoder.onnx`` (float32) with symbolic batch and lengths.
+
+    The examples have batch 2 and lengths above 1, so that no dimension is specialised to 0 or 1.
+    The model is left in eval mode (dropout off), with the attention path it had.
+    """
+    import warnings
+
+    model = model.float().eval()
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    S = torch.export.Dim("src_len", min=1, max=model.config.max_len)
+    T = torch.export.Dim("tgt_len", min=1, max=model.config.max_len)
+    src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 6, 7, 2, 0, 0]])  # (2, 6)
+    prefix = torch.tensor([[1, 5, 6], [1, 7, 8]])  # (2, 3)
+    encoder, decoder = (out / graph_file(n, False) for n in GRAPHS)
+    with (
+        set_fused(model, False),  # the explicit path keeps the weights
+        torch.no_grad(),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")  # the exporter's notes
+        memory = EncoderGraph(model)(src)[0]
+        _save_graph(
+            EncoderGraph(model),
+            (src,),
+            ["src"],
+            ENCODER_OUTPUTS,
+            [{0: batch, 1: S}],
+            encoder,
+        )
+        _save_graph(
+            DecoderGraph(model),
+            (memory, src, prefix),
+            ["memory", "src", "prefix"],
+            DECODER_OUTPUTS,
+            [{0: batch, 1: S}, {0: batch, 1: S}, {0: batch, 1: T}],
+            decoder,
+        )
+    model.eval()
+    return [encoder, decoder]
+
+
+def quantize_graphs(out: Path) -> list[Path]:
+    """int8 copies of both graphs: weights of every matrix product as int8, activations quantized
+    on the fly (``quantize_dynamic``); the embedding tables stay float32."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    paths = []
+    for name in GRAPHS:
+        target = out / graph_file(name, True)
+        quantize_dynamic(
+            out / graph_file(name, False),
+            target,
+            weight_type=QuantType.QInt8,
+        )
+        paths.append(target)
+    return paths
+
+
+def tokenizer_record(tokenizer) -> dict[str, Any]:
+    """What the page's tokenizer needs: every piece with its score, the special ids, the rules."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(tokenizer.sp.serialized_model_proto())
+    spec = proto.normalizer_spec
+    if proto.trainer_spec.model_type != proto.trainer_spec.BPE:
+        raise ValueError(
+            "the page's tokenizer reads BPE models only, got "
+            f"{proto.trainer_spec.ModelType.Name(proto.trainer_spec.model_type)}"
+        )
+    if spec.name != "identity" or spec.remove_extra_whitespaces:
+        raise ValueError(
+            "the page's tokenizer leaves text as it is: expected the identity normaliser "
+            f"without removing spaces, got {spec.name!r}, "
+            f"remove_extra_whitespaces={spec.remove_extra_whitespaces}"
+        )
+    kinds = {1: "normal", 2: "unknown", 3: "control", 4: "user", 6: "byte"}
+    return {
+        "pieces": [[p.piece, p.score] for p in proto.pieces],
+        "types": [kinds.get(p.type, str(p.type)) for p in proto.pieces],
+        "pad_id": proto.trainer_spec.pad_id,
+        "bos_id": proto.trainer_spec.bos_id,
+        "eos_id": proto.trainer_spec.eos_id,
+        "unk_id": proto.trainer_spec.unk_id,
+        "add_dummy_prefix": spec.add_dummy_prefix,
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files_entry(out: Path, names: Sequence[str]) -> dict[str, dict]:
+    return {
+        name: {
+            "bytes": (out / name).stat().st_size,
+            "sha256": _sha256(out / name),
+        }
+        for name in names
+    }
+
+
+def export(
+    model: nn.Module,
+    tokenizer,
+    settings: dict[str, Any],
+    out: str | os.PathLike,
+    source: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the graphs, their int8 copies, ``tokenizer.json``, ``translator.json`` and a manifest.
+
+    Args:
+        model: a ``Transformer`` (any dtype: it is exported as float32, and left in eval mode).
+        tokenizer: its ``Tokenizer``.
+        settings: ``beam``, ``length_penalty``, ``max_len_a``, ``max_len_b``, ``max_len``.
+        out: the folder (created).
+        source: what the weights are (recorded in the manifest).
+
+    Returns:
+        The manifest (no BLEU yet: ``score_files`` adds it).
+    """
+    import onnx
+    import onnxruntime
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    export_graphs(model, out)
+    quantize_graphs(out)
+    atomic_write(
+        out / TOKENIZER_JSON,
+        json.dumps(tokenizer_record(tokenizer), ensure_ascii=False).encode(),
+    )
+    atomic_write(
+        out / SETTINGS_JSON, json.dumps(settings, indent=1).encode()
+    )
+    names = [graph_file(n, q) for q in (False, True) for n in GRAPHS]
+    manifest = {
+        "what": "the translator as ONNX graphs (aiayn.export); the page downloads the int8 files",
+        "source": source or {},
+        "settings": settings,
+        "inputs": {
+            "encoder": ["src"],
+            "decoder": ["memory", "src", "prefix"],
+        },
+        "outputs": {"encoder": ENCODER_OUTPUTS, "decoder": DECODER_OUTPUTS},
+        "versions": {
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+        },
+        "export_s": round(time.perf_counter() - started, 1),
+        "files": _files_entry(out, [*names, TOKENIZER_JSON, SETTINGS_JSON]),
+        "page_bytes": sum(
+            (out / n).stat().st_size
+            for n in (*names[2:], TOKENIZER_JSON, SETTINGS_JSON)
+        ),
+        "bleu": {},
+    }
+    atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
+    return manifest
+
+
+# --- The search the page runs, in Python ------------------------------------------------------------
+# Each function has a twin of the same name in aiayn/web/translator.mjs (camelCase there).
+
+
+class OnnxModel:
+    """The two graphs in onnxruntime sessions, one thread unless told otherwise."""
+
+    def __init__(
+        self, folder: str | os.PathLike, int8: bool = True, threads: int = 1
+    ):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        folder = Path(folder)
+        self.encoder, self.decoder = (
+            ort.InferenceSession(
+                str(folder / graph_file(name, int8)),
+                options,
+                providers=["CPUExecutionProvider"],
+            )
+            for name in GRAPHS
+        )
+
+    def encode(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
+        return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
+
+    def decode(self, memory, src, prefix) -> tuple[np.ndarray, ...]:
+        """``log_probs (rows, V)``, ``cross_attention``, ``decoder_attention``."""
+        feed = {"memory": memory, "src": src, "prefix": prefix}
+        return tuple(self.decoder.run(DECODER_OUTPUTS, feed))
+
+
+class Vocabulary:
+    """``tokenizer.json`` read back: pieces, scores and the special ids."""
+
+    def __init__(self, record: dict[str, Any]):
+        self.pieces = [p for p, _ in record["pieces"]]
+        self.scores = {p: s for p, s in record["pieces"]}
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self.normal = {
+            p
+            for p, kind in zip(self.pieces, record["types"], strict=True)
+            if kind in ("normal", "user")
+        }
+        self.pad_id, self.bos_id = record["pad_id"], record["bos_id"]
+        self.eos_id, self.unk_id = record["eos_id"], record["unk_id"]
+        self.add_dummy_prefix = record["add_dummy_prefix"]
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> Vocabulary:
+        return cls(
+            json.loads((Path(folder) / TOKENIZER_JSON).read_text("utf-8"))
+        )
+
+
+def bpe_encode(vocab: Vocabulary, text: str) -> list[int]:
+    """sentencepiece's BPE: spaces become "▁", then merge the best-scoring neighbours until none is a piece."""
+    text = text.replace(" ", BOUNDARY)
+    if vocab.add_dummy_prefix and text:
+        text = BOUNDARY + text
+    symbols = list(text)  # one symbol per character (code point)
+    while len(symbols) > 1:
+        best, at = -math.inf, -1
+        for i in range(len(symbols) - 1):
+            pair = symbols[i] + symbols[i + 1]
+            score = vocab.scores.get(pair, -math.inf)
+            if (
+                pair in vocab.normal and score > best
+            ):  # the leftmost of equal scores
+                best, at = score, i
+        if at < 0:
+            break
+        symbols[at : at + 2] = [symbols[at] + symbols[at + 1]]
+    ids = []
+    for s in symbols:
+        i = vocab.ids[s] if s in vocab.normal else vocab.unk_id
+        if not (i == vocab.unk_id and ids and ids[-1] == vocab.unk_id):
+            ids.append(i)  # a run of unknown characters is one <unk>
+    return ids
+
+
+def source_ids(
+    vocab: Vocabulary, text: str, max_len: int
+) -> list[int] | None:
+    """The ids the encoder reads, ``<eos>`` last; ``None`` when the sentence has no known piece.
+
+    As ``aiayn.translation.source_ids``: a sentence too long for the model's positions is refused.
+    """
+    ids = bpe_encode(vocab, text)
+    boundary = vocab.ids.get(BOUNDARY)
+    if all(i in (vocab.unk_id, boundary) for i in ids):
+        return None
+    if len(ids) + 1 > max_len:
+        raise ValueError(
+            f"the sentence has {len(ids)} pieces + <eos>, the model reads at most {max_len}"
+        )
+    return ids + [vocab.eos_id]
+
+
+def detokenize(vocab: Vocabulary, ids: Sequence[int]) -> str:
+    """Pieces back to text, as sentencepiece decodes them (special ids dropped)."""
+    specials = (vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    pieces = [
+        " \u2047 " if i == vocab.unk_id else vocab.pieces[i]
+        for i in ids
+        if i not in specials
+    ]
+    text = "".join(pieces).replace(BOUNDARY, " ")
+    return (
+        text[1:] if vocab.add_dummy_prefix and text.startswith(" ") else text
+    )
+
+
+def output_limit(src_len: int, settings: dict[str, Any]) -> int:
+    """Most columns of the output, ``<bos>`` included: ``min(int(a·S + b) + 1, max_len)``."""
+    a, b = settings["max_len_a"], settings["max_len_b"]
+    return min(int(a * src_len + b) + 1, settings["max_len"])
+
+
+def greedy(
+    model: OnnxModel, vocab: Vocabulary, src_ids: list[int], limit: int
+) -> list[int]:
+    """The most probable token at every step: ``<bos>`` first, ``<eos>`` last (unless cut at ``limit``)."""
+    src = np.array([src_ids], dtype=np.int64)  # (1, S)
+    memory, _ = model.encode(src)
+    ys = [vocab.bos_id]
+    while len(ys) < limit:
+        log_probs = model.decode(
+            memory, src, np.array([ys], dtype=np.int64)
+        )[0]
+        token = int(np.argmax(log_probs[0]))  # the first of equal maxima
+        ys.append(token)
+        if token == vocab.eos_id:
+            break
+    return ys
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting generated tokens."""
+    return ((5 + length) / 6) ** alpha
+
+
+def beam_search(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    src_ids: list[int],
+    limit: int,
+    beam: int = 4,
+    alpha: float = 0.6,
+) -> list[int]:
+    """``aiayn.decoding.beam_search`` for one sentence: K prefixes ranked by log P / lp.
+
+    A beam that wrote ``<eos>`` keeps its score and competes with the live ones; the search ends
+    when every beam has finished or the prefixes reach ``limit`` columns. Sums are in float64.
+    """
+    src = np.array([src_ids] * beam, dtype=np.int64)  # (K, S)
+    memory, _ = model.encode(src[:1])
+    memory = np.repeat(memory, beam, axis=0)  # (K, S, d_model)
+    beams = [[vocab.bos_id] for _ in range(beam)]
+    log_p = [0.0] + [-math.inf] * (
+        beam - 1
+    )  # only the first may expand at first
+    lengths = [0] * beam
+    finished = [limit <= 1] * beam
+    while not all(finished):
+        token_log_p = model.decode(
+            memory, src, np.array(beams, dtype=np.int64)
+        )[0]
+        candidates = []  # (score, log P, length, beam, token)
+        for k in range(beam):
+            if finished[k]:  # one continuation: padding, which costs nothing
+                score = log_p[k] / length_penalty(lengths[k], alpha)
+                candidates.append(
+                    (score, log_p[k], lengths[k], k, vocab.pad_id)
+                )
+                continue
+            total = log_p[k] + token_log_p[k].astype(np.float64)  # (V,)
+            scores = total / length_penalty(lengths[k] + 1, alpha)
+            for v in np.argsort(-scores, kind="stable")[:beam]:
+                candidates.append(
+                    (scores[v], total[v], lengths[k] + 1, k, int(v))
+                )
+        candidates.sort(
+            key=lambda c: -c[0]
+        )  # stable: equal scores keep beam order
+        chosen = candidates[:beam]
+        beams = [beams[k] + [token] for _, _, _, k, token in chosen]
+        finished = [
+            finished[k] or token == vocab.eos_id
+            for _, _, _, k, token in chosen
+        ]
+        log_p = [c[1] for c in chosen]
+        lengths = [c[2] for c in chosen]
+        if len(beams[0]) >= limit:
+            finished = [True] * beam
+    scores = [
+        lp / length_penalty(n, alpha)
+        for lp, n in zip(log_p, lengths, strict=True)
+    ]
+    best = beams[scores.index(max(scores))]
+    while best[-1] == vocab.pad_id:
+        best.pop()
+    return best
+
+
+def attention(
+    model: OnnxModel, src_ids: list[int], ys: list[int]
+) -> dict[str, np.ndarray]:
+    """The attention of a translation ``ys`` (``<bos>`` first), re-read with teacher forcing.
+
+    Returns ``{"encoder": (N, h, S, S), "cross": (N, h, T, S), "decoder_self": (N, h, T, T)}``
+    with T = ``len(ys) - 1``: row t is the step that wrote ``ys[t + 1]``.
+    """
+    src = np.array([src_ids], dtype=np.int64)
+    memory, encoder = model.encode(src)
+    _, cross, self_attn = model.decode(
+        memory, src, np.array([ys[:-1]], dtype=np.int64)
+    )
+    return {
+        "encoder": encoder[:, 0],
+        "cross": cross[:, 0],
+        "decoder_self": self_attn[:, 0],
+    }
+
+
+def translate_ids(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    src_ids: list[int],
+    settings: dict[str, Any],
+    beam: int | None = None,
+) -> list[int]:
+    """Greedy (``beam=1``) or beam search with the run's settings; ``<bos>`` first."""
+    beam = settings["beam"] if beam is None else beam
+    limit = output_limit(len(src_ids), settings)
+    if beam == 1:
+        return greedy(model, vocab, src_ids, limit)
+    return beam_search(
+        model, vocab, src_ids, limit, beam, settings["length_penalty"]
+    )
+
+
+def translate(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    sentences: Sequence[str],
+    settings: dict[str, Any],
+    beam: int | None = None,
+    workers: int = 1,
+) -> list[str]:
+    """Translate ``sentences`` one by one (``workers`` at a time); a sentence with no known piece gives ``""``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(text: str) -> str:
+        ids = source_ids(vocab, text, settings["max_len"])
+        if ids is None:
+            return ""
+        return detokenize(
+            vocab, translate_ids(model, vocab, ids, settings, beam)
+        )
+
+    with ThreadPoolExecutor(workers) as pool:  # onnxruntime releases the GIL
+        return list(pool.map(one, sentences))
+
+
+def score_files(
+    folder: str | os.PathLike,
+    pairs: Sequence[tuple[str, str]],
+    int8: bool = True,
+    beams: Sequence[int] = (1, 4),
+    workers: int = 2,
+) -> dict[str, Any]:
+    """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs."""
+    from sacrebleu.metrics import BLEU
+
+    folder = Path(folder)
+    settings = json.loads((folder / SETTINGS_JSON).read_text())
+    model, vocab = OnnxModel(folder, int8), Vocabulary.load(folder)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    scores = {}
+    for beam in beams:
+        started = time.perf_counter()
+        hypotheses = translate(
+            model, vocab, sources, settings, beam, workers
+        )
+        bleu = BLEU()
+        scores[f"beam{beam}"] = {
+            "bleu": round(
+                bleu.corpus_score(hypotheses, [references]).score, 2
+            ),
+            "signature": str(bleu.get_signature()),
+            "sentences": len(pairs),
+            "length_penalty": settings["length_penalty"]
+            if beam > 1
+            else None,
+            "decode_s": round(time.perf_counter() - started, 1),
+            "hypotheses": hypotheses,
+        }
+    return scores
+
+
+def _load(run: str | None):
+    """``(config, tokenizer, model, source)`` of a run folder, or of the published model."""
+    from .published import _weights_file, load_published
+    from .runs import CONFIG
+    from .translation import load_run
+
+    if (
+        run is not None
+        and (Path(run) / CONFIG).is_file()
+        and not list(Path(run).glob("*averaged*.pt"))
+    ):
+        cfg, tokenizer, model, sources = load_run(run, "cpu")
+        return (
+            cfg,
+            tokenizer,
+            model,
+            {"run": str(run), "checkpoints": sources},
+        )
+    published = load_published(run, download=run is None)
+    weights = _weights_file(Path(run) if run else Path(published_dir()))
+    return (
+        published.config,
+        published.tokenizer,
+        published.model,
+        {
+            "weights": weights.name,
+            "sha256": _sha256(weights),
+        },
+    )
+
+
+def published_dir() -> Path:
+    from .published import model_dir
+
+    return model_dir()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m aiayn.export",
+        description="Export a translator to ONNX (float32 and int8) for onnxruntime and the book's page, "
+        "and score the files on test 2016.",
+    )
+    parser.add_argument(
+        "run",
+        nargs="?",
+        help="a run folder or a published model's folder (default: $AIAYN_MODEL, else the user cache)",
+    )
+    parser.add_argument("--out", required=True, help="the folder to write")
+    parser.add_argument(
+        "--bleu",
+        choices=("none", "int8", "all"),
+        default="int8",
+        help="score which graphs on test 2016, greedy and beam (default int8: the files the page uses)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="score only the first N sentences",
+    )
+    args = parser.parse_args(argv)
+    from .data import load_multi30k
+
+    cfg, tokenizer, model, source = _load(args.run)
+    settings = {
+        "beam": cfg.beam,
+        "length_penalty": cfg.length_penalty,
+        "max_len_a": cfg.max_len_a,
+        "max_len_b": cfg.max_len_b,
+        "max_len": cfg.max_len,
+    }
+    out = Path(args.out)
+    manifest = export(model, tokenizer, settings, out, source)
+    print(
+        f"exported to {out}: the page downloads {manifest['page_bytes'] / 1e6:.1f} MB"
+    )
+    kinds = {"none": (), "int8": (True,), "all": (True, False)}[args.bleu]
+    if kinds:
+        pairs = load_multi30k("test2016")[: args.limit]
+    for int8 in kinds:
+        name = "int8" if int8 else "fp32"
+        scores = score_files(out, pairs, int8, (1, cfg.beam))
+        for key, entry in scores.items():
+            hypotheses = entry.pop("hypotheses")
+            atomic_write(
+                out / f"test2016.{name}.{key}.hyp.en",
+                ("\n".join(hypotheses) + "\n").encode(),
+            )
+            entry["command"] = "python -m aiayn.export " + " ".join(
+                argv if argv is not None else sys.argv[1:]
+            )
+            manifest["bleu"][f"{name}.{key}"] = entry
+            print(
+                f"test2016 {name} {key}: BLEU {entry['bleu']} ({entry['decode_s']} s)"
+            )
+        atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

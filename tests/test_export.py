@@ -1,0 +1,142 @@
+"""aiayn.export: the ONNX graphs equal the PyTorch model, and the manifest's BLEU is that of its files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import PUBLISHED
+
+from aiayn import export as ex
+from aiayn.data import BOS, EOS, load_multi30k
+from aiayn.decoding import beam_search, decode_sorted
+
+SETTINGS = json.loads((PUBLISHED / "config.json").read_text())
+
+
+def _limit(ids: list[int]) -> int:
+    return ex.output_limit(len(ids), SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def test_ids(published, root):
+    """The first 100 sentences of test 2016 as the encoder reads them."""
+    _, tokenizer = published
+    pairs = load_multi30k("test2016", root)[:100]
+    return [tokenizer.encode(s) + [EOS] for s, _ in pairs]
+
+
+def test_export_leaves_the_model_in_eval_mode_with_its_attention_path(
+    tmp_path, one_thread
+):
+    from aiayn.model import Transformer, TransformerConfig
+
+    model = Transformer(
+        TransformerConfig(
+            src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=64, h=4, N=2,
+            fused_attention=True,
+        )
+    )
+    model.train()  # as a model is after training
+    heads = [m for m in model.modules() if hasattr(m, "use_fused")]
+    assert len(heads) == 6 and all(m.use_fused for m in heads)
+    ex.export_graphs(model, tmp_path)
+    assert not any(m.training for m in model.modules())  # dropout is off
+    assert all(m.use_fused for m in heads)  # the fast path, as before
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 5, 6]])
+    torch.testing.assert_close(model(src, tgt), model(src, tgt), rtol=0, atol=0)
+
+
+def test_the_graphs_take_any_batch_and_length(exported):
+    for name in ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx"):
+        graph = onnx.load(exported / name, load_external_data=False).graph
+        for value in graph.input:
+            dims = value.type.tensor_type.shape.dim
+            symbolic = [d.dim_param for d in dims if d.dim_param]
+            # memory (batch, src_len, 512); src (batch, src_len); prefix (batch, tgt_len)
+            assert len(symbolic) == 2, (name, value.name, dims)
+
+
+def test_the_float32_graphs_decode_as_pytorch_greedy(published, exported, test_ids, one_thread):
+    model, _ = published
+    vocab = ex.Vocabulary.load(exported)
+    onnx_model = ex.OnnxModel(exported, int8=False)
+    expected = decode_sorted(model, test_ids, BOS, EOS, beam_size=1)
+    got = [ex.greedy(onnx_model, vocab, ids, _limit(ids)) for ids in test_ids]
+    same = sum(g == e for g, e in zip(got, expected, strict=True))
+    assert same == len(test_ids) == 100
+
+
+def test_the_python_beam_search_over_the_graphs_is_aiayn_decoding_s(
+    published, exported, test_ids, one_thread
+):
+    model, _ = published
+    vocab = ex.Vocabulary.load(exported)
+    onnx_model = ex.OnnxModel(exported, int8=False)
+    alpha = SETTINGS["length_penalty"]
+    for ids in test_ids[:25]:
+        limit = _limit(ids)
+        ours = ex.beam_search(onnx_model, vocab, ids, limit, 4, alpha)
+        theirs = beam_search(
+            model, torch.tensor([ids]), None, [limit], BOS, EOS, 4, alpha
+        ).tokens[0].tolist()
+        while theirs[-1] == 0:
+            theirs.pop()
+        assert ours == theirs
+
+
+def test_the_attention_outputs_are_the_model_s(published, exported, test_ids, one_thread):
+    from aiayn.viz import model_attention
+
+    model, tokenizer = published
+    vocab = ex.Vocabulary.load(exported)
+    onnx_model = ex.OnnxModel(exported, int8=False)
+    ids = test_ids[0]
+    ys = ex.greedy(onnx_model, vocab, ids, _limit(ids))
+    source = tokenizer.decode(ids)
+    maps, _ = model_attention(model, tokenizer, source, tokenizer.decode(ys))
+    ours = ex.attention(onnx_model, ids, ys)
+    for kind in ("encoder", "cross", "decoder_self"):
+        expected = torch.stack([w[0] for w in maps[kind]]).numpy()
+        np.testing.assert_allclose(ours[kind], expected, atol=1e-5)
+
+
+def test_the_manifest_s_bleu_is_that_of_its_files(exported, root):
+    manifest = json.loads((exported / ex.MANIFEST).read_text())
+    for name, entry in manifest["files"].items():
+        assert (exported / name).stat().st_size == entry["bytes"]
+        assert ex._sha256(exported / name) == entry["sha256"], name
+    assert manifest["page_bytes"] <= 40e6
+    pairs = load_multi30k("test2016", root)[:100]
+    again = ex.score_files(exported, pairs, int8=True, beams=(1, 4))
+    for key in ("beam1", "beam4"):
+        stored = manifest["bleu"][f"int8.{key}"]
+        assert stored["sentences"] == 100
+        assert again[key]["bleu"] == stored["bleu"]
+        assert stored["bleu"] > 30  # a translator, not noise
+        written = (exported / f"test2016.int8.{key}.hyp.en").read_text().splitlines()
+        assert written == again[key]["hypotheses"]
+
+
+def test_bpe_encode_is_sentencepiece(published, exported, root):
+    _, tokenizer = published
+    vocab = ex.Vocabulary.load(exported)
+    odd = ["", "  ", "\U0001f600\U0001f389", "ab\U0001f600\U0001f600cd", "<unk>", "\t\n",
+           "Straße über Öl", " führt", "x  y"]
+    sentences = [s for split in ("val", "test2016") for s, _ in load_multi30k(split, root)]
+    for text in sentences + odd:
+        ids = tokenizer.encode(text)
+        assert ex.bpe_encode(vocab, text) == ids, text
+        assert ex.detokenize(vocab, ids) == tokenizer.decode(ids), text
+
+
+def test_sentences_with_nothing_known_or_too_long_are_named(exported):
+    vocab = ex.Vocabulary.load(exported)
+    assert ex.source_ids(vocab, "", 256) is None
+    assert ex.source_ids(vocab, "\U0001f600 \U0001f389", 256) is None
+    assert ex.source_ids(vocab, "Ein Mann.", 256)[-1] == vocab.eos_id
+    with pytest.raises(ValueError, match="pieces \\+ <eos>, the model reads at most 256"):
+        ex.source_ids(vocab, "Hund " * 300, 256)
