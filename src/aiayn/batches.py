@@ -13,6 +13,7 @@ import torch
 
 from .checks import check_positive, check_token_dtype
 from .data import BOS, PAD, collate, make_batches
+from .distributed import shard
 from .masks import decoder_mask, padding_mask, shift_right
 
 __all__ = [
@@ -222,13 +223,16 @@ class EpochBatches:
 
     ``make_batches`` draws the order from ``(seed, epoch)``, so iterating an epoch again gives the
     same batches, which ``fit`` needs to resume in the middle of one. ``len()`` (epoch 0's count)
-    sizes the progress bar.
+    sizes the progress bar. Under torchrun every rank builds the same list and keeps its share
+    (``distributed.shard``: every ``world``-th batch, the remainder of fewer than ``world``
+    batches dropped, so that all ranks take the same number of steps).
 
     Args:
         pairs: ``(source ids, target ids)`` per pair, without ``<eos>``.
         max_tokens: padded positions per batch.
         seed: the batch-order seed.
         pin_memory: pin each batch's tensors (only when CUDA is available).
+        rank, world: this process's share of the batches (default: all of them).
     """
 
     def __init__(
@@ -237,17 +241,23 @@ class EpochBatches:
         max_tokens: int,
         seed: int = 0,
         pin_memory: bool = False,
+        rank: int = 0,
+        world: int = 1,
     ):
         self.pairs, self.max_tokens, self.seed = pairs, max_tokens, seed
+        self.rank, self.world = rank, world
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self._indices: dict[int, list[list[int]]] = {}
 
     def indices(self, epoch: int) -> list[list[int]]:
-        """Pair indices of each batch of ``epoch``."""
+        """Pair indices of each batch of ``epoch`` (this rank's share under torchrun)."""
         if epoch not in self._indices:
-            self._indices[epoch] = make_batches(
+            batches = make_batches(
                 self.pairs, self.max_tokens, seed=self.seed, epoch=epoch
             )
+            if self.world > 1:
+                batches = shard(batches, self.rank, self.world)
+            self._indices[epoch] = batches
         return self._indices[epoch]
 
     def __len__(self) -> int:

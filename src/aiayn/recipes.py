@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import distributed
 from .batches import EpochBatches, eval_batches
 from .checkpoints import read_checkpoint
 from .checks import Record, WrittenFile, resolve_device, sha256_file
@@ -169,6 +170,7 @@ class RunSummary(Record):
     val_ppl: float | None
     peak_memory_mib: float | None = None
     interrupted: bool = False
+    processes: int = 1
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunSummary:
@@ -236,8 +238,11 @@ def _stop_on_signals() -> Iterator[_Stop]:
     def handler(signum, frame):
         stop.signal_name = signal.Signals(signum).name
         stop.set()
-        for sig in _STOP_SIGNALS:  # a second signal acts at once
-            signal.signal(sig, previous[sig])
+        # a second signal acts at once; not under torchrun, which passes the terminal's Ctrl-C on
+        # to the processes that got it already
+        if distributed.world_size() == 1:
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, previous[sig])
 
     previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
     try:
@@ -338,6 +343,9 @@ def _plan(
             "this run's checkpoint, or start afresh with --no-resume "
             "--overwrite"
         )
+    distributed.check_same_world(
+        checkpoint["extra"].get("world_size", 1), f"--out {path}"
+    )
     check_resumable(folder, old, cfg)
     step, epoch = checkpoint["step"], checkpoint["epoch"]
     position = {
@@ -500,6 +508,10 @@ def train(
 ) -> RunSummary:
     """Train the model of ``cfg`` on Multi30k de→en and leave the run in ``out_dir``.
 
+    Under ``torchrun`` every process calls ``train``: each trains on its share of the batches
+    (``aiayn.distributed``), rank 0 alone writes into ``out_dir`` (it learns the tokenizer; the
+    others read it from the folder) and says what it does.
+
     ``out_dir`` must be new, empty, or a run folder this function wrote (see ``aiayn.runs``); no
     other file is ever deleted. With ``resume`` and a checkpoint there, training continues from it
     exactly (weights, optimizer, schedule, RNG and position in the epoch); ``metrics.jsonl`` is cut
@@ -527,9 +539,15 @@ def train(
     cfg = get_preset(cfg) if isinstance(cfg, str) else cfg
     say = log or (lambda line: None)
     # 1. Check all before writing anything: the device, the folder, the data.
-    device = resolve_device(device)
+    device = resolve_device(
+        distributed.setup(device)
+    )  # under torchrun: this rank's
+    main = distributed.is_main()
+    if not main:  # rank 0 alone speaks and shows progress
+        say, progress = (lambda line: None), False
     folder = RunFolder(out_dir)
     plan = _plan(folder, cfg, resume, overwrite)
+    distributed.barrier()  # every rank has read the folder before rank 0 writes into it
     if plan.action == "done":
         with contextlib.suppress(
             RunFolderError, TypeError
@@ -548,7 +566,7 @@ def train(
         plan = plan._replace(
             action="resume", checkpoint=folder.read_verified(CHECKPOINT)
         )
-    if folder.has_manifest():
+    if main and folder.has_manifest():
         # fail now, not after the data, when another command is writing
         with folder.locked():
             pass
@@ -557,11 +575,38 @@ def train(
         folder.read_verified(TOKENIZER)
         tokenizer = Tokenizer(folder.file(TOKENIZER))
     with _cpu_threads(cfg.cpu_threads, device):
+        if not main:  # the other ranks wait for the run rank 0 opens, then read its tokenizer
+            distributed.barrier()
+            opened = RunFolder(folder.path)
+            opened.read_verified(TOKENIZER)
+            data = prepare_data(cfg, root, Tokenizer(opened.file(TOKENIZER)))
+            first_step = (
+                plan.position["step"] if plan.action == "resume" else 0
+            )
+            return _run(
+                cfg,
+                folder,
+                plan,
+                first_step,
+                data,
+                device,
+                False,
+                start_time,
+            )
         data = prepare_data(cfg, root, tokenizer=tokenizer)
         # 2. Write, under the folder's lock.
         with folder.locked():
+            first_step = _open_run(cfg, folder, plan, data, say)
+            distributed.barrier()  # the run is open: the other ranks go on
             return _run(
-                cfg, folder, plan, data, device, progress, start_time, say
+                cfg,
+                folder,
+                plan,
+                first_step,
+                data,
+                device,
+                progress,
+                start_time,
             )
 
 
@@ -571,16 +616,14 @@ def _when_saved(cfg: TrainConfig) -> str:
     return f"saved at every epoch's end{every}"
 
 
-def _run(
+def _open_run(
     cfg: TrainConfig,
     folder: RunFolder,
     plan: _Plan,
     data: PreparedData,
-    device: torch.device,
-    progress: bool,
-    start_time: float,
     say: Callable[[str], None],
-) -> RunSummary:
+) -> int:
+    """Start the run in ``folder`` (or prepare it to resume); return the step it starts from."""
     if plan.action == "fresh":
         if folder.has_manifest():
             removed = folder.remove_run()
@@ -617,7 +660,21 @@ def _run(
             f"{first_step} ({plan.position['epoch']} epochs done): the run "
             "continues exactly where it stopped"
         )
+    return first_step
 
+
+def _run(
+    cfg: TrainConfig,
+    folder: RunFolder,
+    plan: _Plan,
+    first_step: int,
+    data: PreparedData,
+    device: torch.device,
+    progress: bool,
+    start_time: float,
+) -> RunSummary:
+    """Build the model and train it (every rank); rank 0 logs, saves and writes the summary."""
+    main = distributed.is_main()
     amp = amp_dtype_for(cfg.amp, device)  # float16 (with a scaler) on a T4
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.tokenizer).to(device)
@@ -633,10 +690,12 @@ def _run(
         cfg.max_tokens,
         cfg.seed,
         cfg.pin_memory and device.type == "cuda",
+        rank=distributed.rank(),
+        world=distributed.world_size(),
     )
 
     with (
-        open(folder.file(METRICS), "a") as log_file,
+        open(folder.file(METRICS) if main else os.devnull, "a") as log_file,
         _stop_on_signals() as stop,
     ):
         run_log = _RunLog(folder, cfg, first_step, log_file)
@@ -661,7 +720,7 @@ def _run(
             resume_from=plan.checkpoint,
             stop=stop,
             progress=progress,
-            hook=run_log,
+            hook=run_log if main else None,
         )
         interrupted = stop.is_set()
 
@@ -700,8 +759,10 @@ def _run(
         if device.type == "cuda"
         else None,
         interrupted=interrupted,
+        processes=distributed.world_size(),
     )
-    folder.write_json(SUMMARY, summary.to_dict())
+    if main:
+        folder.write_json(SUMMARY, summary.to_dict())
     if interrupted:
         how = "Ctrl-C" if stop.signal_name == "SIGINT" else stop.signal_name
         raise TrainingInterrupted(

@@ -21,19 +21,31 @@ On Colab, put ``--out`` on Google Drive, which outlives the session::
 When the session disconnects, run the same command in a new one: it resumes from the last
 checkpoint, exactly as if it had not stopped (weights, optimizer, loss scale, random state and
 position in the epoch), and loses at most the steps since that checkpoint.
+
+On several GPUs (one process each, nccl), or several CPU processes (gloo)::
+
+    torchrun --standalone --nproc_per_node 8 -m aiayn.train --preset multi30k --out runs/base
+    torchrun --standalone --nproc_per_node 2 -m aiayn.train --preset multi30k-smoke --out runs/s --device cpu
+
+Rank 0 writes the run folder and prints; the others print only a failure of their own. A run
+resumes on as many processes as it was started with (``aiayn.distributed``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cli
+from . import cli, distributed
 from .presets import PRESETS, TrainConfig, get_preset
 from .recipes import RunSummary, TrainingInterrupted, train
 
@@ -174,13 +186,50 @@ def _stopped(argv: list[str]):
         try:
             return _train(args)
         except TrainingInterrupted as err:
-            command = shlex.join(["python", "-m", "aiayn.train", *argv])
+            command = shlex.join([*_launcher(), "-m", "aiayn.train", *argv])
             print(f"{err}: {command}", file=sys.stderr)
             # exit status 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
             signum = getattr(signal, err.signal_name or "SIGINT")
             raise SystemExit(128 + signum) from None
 
     return body
+
+
+def _launcher() -> list[str]:
+    """How this process was started: ``python`` or, under torchrun, ``torchrun ...``."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is None:
+        return ["python"]
+    local = os.environ.get("LOCAL_WORLD_SIZE", world)
+    if local == world:  # one machine
+        return ["torchrun", "--standalone", "--nproc_per_node", world]
+    return ["torchrun", "--nnodes", str(int(world) // int(local)), "--nproc_per_node", local,
+            "<your --rdzv options>"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _rank_0_speaks():
+    """Under torchrun, the ranks other than 0 print nothing but a failure of their own.
+
+    A refusal (exit status 2) or an interrupt is the same on every rank, and rank 0 prints it.
+    """
+    if os.environ.get("RANK", "0") == "0":
+        yield
+        return
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            yield
+    except SystemExit as stop:
+        code = stop.code
+        if not isinstance(code, int) or code == 1 or 2 < code < 128:
+            sys.stderr.write(err.getvalue())
+        elif code == 2:  # let rank 0 print it before torchrun stops all
+            time.sleep(2)
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> RunSummary:
@@ -190,7 +239,11 @@ def main(argv: Sequence[str] | None = None) -> RunSummary:
     one line that gives the command which resumes the run.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    return cli.run(_parser(), argv, _stopped(argv))
+    try:
+        with _rank_0_speaks():
+            return cli.run(_parser(), argv, _stopped(argv))
+    finally:
+        distributed.teardown()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import distributed
 from .batches import Batch
 from .checkpoints import (
     checkpoint_bytes,
@@ -139,6 +140,7 @@ def train_step(
     amp_dtype: torch.dtype | None = None,
     check_finite: bool = True,
     scaler: torch.amp.GradScaler | None = None,
+    loss_weight: float = 1.0,
 ) -> torch.Tensor:
     """One optimizer step: forward (under autocast), loss, backward, clipping, update, schedule.
 
@@ -153,9 +155,11 @@ def train_step(
             NaN or infinite (one device synchronisation per step; the benchmark turns it off).
         scaler: a ``GradScaler`` (float16): the loss is scaled before the backward pass, the
             gradients unscaled before clipping, and a step with overflowed gradients is skipped.
+        loss_weight: multiplies the loss before the backward pass; under torchrun, this rank's
+            share of the step's target tokens (``distributed.token_weight``).
 
     Returns:
-        The loss, detached (a 0-dim tensor on the model's device).
+        The loss (times ``loss_weight``), detached (a 0-dim tensor on the model's device).
     """
     device = batch.tgt_out.device
     with _autocast(device, amp_dtype):
@@ -163,6 +167,8 @@ def train_step(
             batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
         )  # (B, T, V)
         loss = loss_fn(logits, batch.tgt_out)
+        if loss_weight != 1.0:
+            loss = loss * loss_weight
     if check_finite and not math.isfinite(loss.item()):
         raise FloatingPointError(f"loss is {loss.item()}")
     optimizer.zero_grad(set_to_none=True)
@@ -340,6 +346,12 @@ def fit(
     so an interrupted run continues with exactly the losses the uninterrupted run would have had.
     This needs ``batches`` to yield the same batches when iterated again for the same epoch.
 
+    Under ``torchrun`` (``distributed.setup`` was called) every rank runs ``fit`` on its own
+    shard of the batches (``distributed.shard``): the model is wrapped in DDP, each rank's loss
+    is weighted by its share of the step's target tokens, and the ranks agree after every step
+    on the step's loss and on stopping and saving. Rank 0 alone writes the checkpoint, which
+    holds every rank's random state; give the ``hook`` and the progress bar to rank 0 only.
+
     Args:
         model: a ``Transformer`` (anything called as ``model(src, tgt_in, src_mask, tgt_mask)``;
             the defaults below read ``model.config.d_model`` and ``model.config.pad_id``).
@@ -427,6 +439,7 @@ def fit(
     )
     evaluating = eval_fn is not None or val_batches is not None
 
+    world, rank = distributed.world_size(), distributed.rank()
     history = History()
     step, start_epoch, skip = 0, 0, 0
     resume_rng = None
@@ -436,6 +449,11 @@ def fit(
         )
         step, start_epoch = checkpoint["step"], checkpoint["epoch"]
         extra = checkpoint["extra"]
+        distributed.check_same_world(
+            extra.get("world_size", 1), "this checkpoint"
+        )
+        if world > 1:  # this rank's own random state
+            checkpoint["rng"], extra["epoch_rng"] = extra["rank_rng"][rank]
         skip = extra.get("batches_done", 0)
         history = History.from_state_dict(extra.get("history", {}))
         # the RNG as the epoch began, then (mid-epoch) as at the save
@@ -463,6 +481,13 @@ def fit(
                 "epoch_rng": epoch_rng,
                 "history": history.state_dict(),
             }
+            if world > 1:  # every rank's random state; rank 0 writes
+                extra["world_size"] = world
+                extra["rank_rng"] = distributed.gather_object(
+                    (rng_state(), epoch_rng)
+                )
+                if not distributed.is_main():
+                    return
             data = checkpoint_bytes(
                 model, optimizer, scheduler, step, epoch, extra, scaler
             )
@@ -490,10 +515,17 @@ def fit(
         history.evals.append({"step": step, "epoch": epoch, **metrics})
         tell("eval", metrics=metrics)
 
+    agreed_stop = False  # under torchrun: the stop event as the ranks agreed after the last step
+
     def stopping() -> bool:
         reached = max_steps is not None and step >= max_steps
-        return reached or (stop is not None and stop.is_set())
+        asked = (
+            agreed_stop if world > 1 else stop is not None and stop.is_set()
+        )
+        return reached or asked
 
+    # under torchrun: DDP, which averages the gradients over the ranks; ``model`` is saved and evaluated
+    net = distributed.wrap(model)
     bar = _progress_bar(batches, epochs, step, max_steps, enabled=progress)
     model.train()
     epoch, batches_done = start_epoch, skip
@@ -523,9 +555,10 @@ def fit(
                 )
                 start = time.perf_counter()
                 lr = optimizer.param_groups[0]["lr"]
+                weight, tokens = distributed.token_weight(batch.n_tokens)
                 try:
                     loss = train_step(
-                        model,
+                        net,
                         batch,
                         optimizer,
                         loss_fn,
@@ -533,6 +566,7 @@ def fit(
                         clip_norm,
                         amp_dtype,
                         scaler=scaler,
+                        loss_weight=weight,
                     )
                 except FloatingPointError as err:
                     raise FloatingPointError(
@@ -542,21 +576,29 @@ def fit(
                         "for bad targets"
                     ) from None
                 loss_value = loss.item()
-                seconds = time.perf_counter() - start
                 step, batches_done = step + 1, batches_done + 1
-
-                history.record(
-                    step, epoch, loss_value, lr, batch.n_tokens, seconds
+                timed_out = (
+                    checkpoint_minutes is not None
+                    and time.monotonic() - last_save
+                    >= 60 * checkpoint_minutes
                 )
+                # under torchrun: the global batch's loss; stop and save on all ranks or none
+                if world > 1:
+                    loss_value, agreed_stop, timed_out = _agree(
+                        loss_value, stop, timed_out
+                    )
+                seconds = time.perf_counter() - start
+
+                history.record(step, epoch, loss_value, lr, tokens, seconds)
                 tell(
                     "step",
                     loss=loss_value,
                     lr=lr,
-                    tokens=batch.n_tokens,
+                    tokens=tokens,
                     seconds=seconds,
                 )
                 if bar is not None:
-                    tok_s = batch.n_tokens / seconds if seconds > 0 else 0.0
+                    tok_s = tokens / seconds if seconds > 0 else 0.0
                     bar.set_postfix(
                         loss=f"{loss_value:.3f}",
                         tok_s=f"{tok_s:,.0f}",
@@ -570,11 +612,6 @@ def fit(
                     and step % eval_every == 0
                 ):
                     evaluate(epoch, epoch_done=False)
-                timed_out = (
-                    checkpoint_minutes is not None
-                    and time.monotonic() - last_save
-                    >= 60 * checkpoint_minutes
-                )
                 if stopping():
                     break
                 if timed_out or (
@@ -606,6 +643,20 @@ def fit(
         if bar is not None:
             bar.close()
     return history
+
+
+def _agree(
+    loss: float, stop: threading.Event | None, timed_out: bool
+) -> tuple[float, bool, bool]:
+    """Under torchrun, after a step: the mean loss over the ranks' tokens, and whether any rank
+    was asked to stop or is due to save (then all do; ``stop`` is set on every rank)."""
+    asked = stop is not None and stop.is_set()
+    total, asked_any, due_any = distributed.all_reduce_sum(
+        [loss, asked, timed_out]
+    )
+    if asked_any and stop is not None:
+        stop.set()
+    return total / distributed.world_size(), asked_any > 0, due_any > 0
 
 
 def _progress_bar(
