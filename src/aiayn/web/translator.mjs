@@ -1,0 +1,263 @@
+// The search the page runs: aiayn/export.py's reference, function by
+// function (bpe_encode -> bpeEncode ...), in the same order, with the same
+// arguments. No DOM: the page and the Node tests pass onnxruntime-web in.
+// Shapes: S source ids, T prefix ids, K beams, V = 8000 ids, d = d_model,
+// N layers, h heads. Ids are plain numbers; the graphs read int64 tensors.
+
+const BOUNDARY = '\u2581'; // "▁", sentencepiece's word boundary
+
+/** The two graphs in onnxruntime-web sessions: set
+ *  ort.env.wasm.numThreads = 1 before `create` for one thread. */
+export class OnnxModel {
+  /** ort: onnxruntime-web; encoderBytes, decoderBytes: the .onnx files. */
+  static async create(ort, encoderBytes, decoderBytes,
+      options = {executionProviders: ['wasm']}) {
+    const model = new OnnxModel();
+    model.ort = ort;
+    model.encoder = await ort.InferenceSession.create(encoderBytes, options);
+    model.decoder = await ort.InferenceSession.create(decoderBytes, options);
+    return model;
+  }
+
+  /** src int64 (rows, S) -> [memory (rows, S, d), encoder_attention
+   *  (N, rows, h, S, S)], float32 ort.Tensors. */
+  async encode(src) {
+    const out = await this.encoder.run({src});
+    return [out.memory, out.encoder_attention];
+  }
+
+  /** memory, src, prefix int64 (rows, T) -> [log_probs (rows, V),
+   *  cross_attention (N, rows, h, T, S), decoder_attention
+   *  (N, rows, h, T, T)], float32 ort.Tensors. */
+  async decode(memory, src, prefix) {
+    const out = await this.decoder.run({memory, src, prefix});
+    return [out.log_probs, out.cross_attention, out.decoder_attention];
+  }
+
+  /** np.array(rows, dtype=np.int64): equal-length id lists -> (rows, L). */
+  int64(rows) {
+    const data = BigInt64Array.from(rows.flat(), BigInt);
+    return new this.ort.Tensor('int64', data, [rows.length, rows[0].length]);
+  }
+
+  /** np.repeat(t, times, axis=0) of a float32 tensor (1, ...). */
+  repeat(t, times) {
+    const data = new Float32Array(times * t.data.length);
+    for (let k = 0; k < times; k++) data.set(t.data, k * t.data.length);
+    return new this.ort.Tensor('float32', data, [times, ...t.dims.slice(1)]);
+  }
+}
+
+/** tokenizer.json read back (the parsed record): pieces, scores and the
+ *  special ids. The page fetches the file (Python's Vocabulary.load). */
+export class Vocabulary {
+  constructor(record) {
+    this.pieces = record.pieces.map(([p]) => p);
+    this.scores = new Map(record.pieces);
+    this.ids = new Map(this.pieces.map((p, i) => [p, i]));
+    this.normal = new Set(this.pieces.filter(
+        (p, i) => ['normal', 'user'].includes(record.types[i])));
+    [this.padId, this.bosId] = [record.pad_id, record.bos_id];
+    [this.eosId, this.unkId] = [record.eos_id, record.unk_id];
+    this.addDummyPrefix = record.add_dummy_prefix;
+  }
+}
+
+/** sentencepiece's BPE: spaces become "▁", then merge the best-scoring
+ *  neighbours until none is a piece. text -> ids (no <eos>). */
+export function bpeEncode(vocab, text) {
+  text = text.replaceAll(' ', BOUNDARY);
+  if (vocab.addDummyPrefix && text) text = BOUNDARY + text;
+  const symbols = Array.from(text); // one symbol per code point
+  while (symbols.length > 1) {
+    let [best, at] = [-Infinity, -1];
+    for (let i = 0; i < symbols.length - 1; i++) {
+      const pair = symbols[i] + symbols[i + 1];
+      const score = vocab.scores.get(pair) ?? -Infinity;
+      if (vocab.normal.has(pair) && score > best) { // leftmost of equals
+        [best, at] = [score, i];
+      }
+    }
+    if (at < 0) break;
+    symbols.splice(at, 2, symbols[at] + symbols[at + 1]);
+  }
+  const ids = [];
+  for (const s of symbols) {
+    const i = vocab.normal.has(s) ? vocab.ids.get(s) : vocab.unkId;
+    if (!(i === vocab.unkId && ids.at(-1) === vocab.unkId)) {
+      ids.push(i); // a run of unknown characters is one <unk>
+    }
+  }
+  return ids;
+}
+
+/** The ids the encoder reads, <eos> last; null when the sentence has no
+ *  known piece; an Error when it is too long for the model's positions. */
+export function sourceIds(vocab, text, maxLen) {
+  const ids = bpeEncode(vocab, text);
+  const boundary = vocab.ids.get(BOUNDARY);
+  if (ids.every((i) => i === vocab.unkId || i === boundary)) return null;
+  if (ids.length + 1 > maxLen) {
+    throw new Error(`the sentence has ${ids.length} pieces + <eos>, ` +
+        `the model reads at most ${maxLen}`);
+  }
+  return [...ids, vocab.eosId];
+}
+
+/** Pieces back to text, as sentencepiece decodes them (special ids
+ *  dropped). */
+export function detokenize(vocab, ids) {
+  const specials = [vocab.padId, vocab.bosId, vocab.eosId];
+  const pieces = ids.filter((i) => !specials.includes(i)).map(
+      (i) => (i === vocab.unkId ? ' \u2047 ' : vocab.pieces[i]));
+  const text = pieces.join('').replaceAll(BOUNDARY, ' ');
+  return vocab.addDummyPrefix && text.startsWith(' ') ? text.slice(1) : text;
+}
+
+/** Most columns of the output, <bos> included: min(int(a·S + b) + 1,
+ *  max_len), with settings from translator.json. */
+export function outputLimit(srcLen, settings) {
+  const [a, b] = [settings.max_len_a, settings.max_len_b];
+  return Math.min(Math.trunc(a * srcLen + b) + 1, settings.max_len);
+}
+
+/** The most probable token at every step: srcIds (S) -> ids, <bos> first,
+ *  <eos> last (unless cut at `limit`). */
+export async function greedy(model, vocab, srcIds, limit) {
+  const src = model.int64([srcIds]); // (1, S)
+  const [memory] = await model.encode(src);
+  const ys = [vocab.bosId];
+  while (ys.length < limit) {
+    const [logProbs] = await model.decode(memory, src, model.int64([ys]));
+    const token = argmax(logProbs.data); // the first of equal maxima
+    ys.push(token);
+    if (token === vocab.eosId) break;
+  }
+  return ys;
+}
+
+/** GNMT's lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting generated tokens. */
+export function lengthPenalty(length, alpha) {
+  return Math.pow((5 + length) / 6, alpha);
+}
+
+/** aiayn.decoding.beam_search for one sentence: K prefixes ranked by
+ *  log P / lp. A beam that wrote <eos> keeps its score and competes with
+ *  the live ones; the search ends when every beam has finished or the
+ *  prefixes reach `limit` columns. Sums are in doubles, as Python's
+ *  float64. srcIds (S) -> ids, <bos> first. */
+export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
+    alpha = 0.6) {
+  const src = model.int64(Array(beam).fill(srcIds)); // (K, S)
+  let [memory] = await model.encode(model.int64([srcIds])); // (1, S, d)
+  memory = model.repeat(memory, beam); // (K, S, d)
+  let beams = Array.from({length: beam}, () => [vocab.bosId]);
+  let logP = [0, ...Array(beam - 1).fill(-Infinity)]; // first expands first
+  let lengths = Array(beam).fill(0);
+  let finished = Array(beam).fill(limit <= 1);
+  while (!finished.every(Boolean)) {
+    const [tokenLogP] = await model.decode(memory, src, model.int64(beams));
+    const V = tokenLogP.dims[1];
+    const candidates = []; // [score, log P, length, beam, token]
+    for (let k = 0; k < beam; k++) {
+      if (finished[k]) { // one continuation: padding, which costs nothing
+        const score = logP[k] / lengthPenalty(lengths[k], alpha);
+        candidates.push([score, logP[k], lengths[k], k, vocab.padId]);
+        continue;
+      }
+      const row = tokenLogP.data.subarray(k * V, (k + 1) * V); // (V)
+      const total = Float64Array.from(row, (x) => logP[k] + x);
+      const lp = lengthPenalty(lengths[k] + 1, alpha);
+      const scores = total.map((t) => t / lp);
+      for (const v of topK(scores, beam)) {
+        candidates.push([scores[v], total[v], lengths[k] + 1, k, v]);
+      }
+    }
+    candidates.sort((c, d) => descending(c[0], d[0])); // stable
+    const chosen = candidates.slice(0, beam);
+    beams = chosen.map(([, , , k, token]) => [...beams[k], token]);
+    finished = chosen.map(
+        ([, , , k, token]) => finished[k] || token === vocab.eosId);
+    logP = chosen.map((c) => c[1]);
+    lengths = chosen.map((c) => c[2]);
+    if (beams[0].length >= limit) finished = Array(beam).fill(true);
+  }
+  const scores = logP.map((lp, k) => lp / lengthPenalty(lengths[k], alpha));
+  const best = beams[argmax(scores)];
+  while (best.at(-1) === vocab.padId) best.pop();
+  return best;
+}
+
+/** The attention of a translation ys (<bos> first), re-read with teacher
+ *  forcing: {encoder (N, h, S, S), cross (N, h, T, S), decoderSelf
+ *  (N, h, T, T)} as nested arrays of numbers, weights[n][i][t][s], with
+ *  T = ys.length - 1: row t is the step that wrote ys[t + 1]. */
+export async function attention(model, srcIds, ys) {
+  const src = model.int64([srcIds]);
+  const [memory, encoder] = await model.encode(src);
+  const [, cross, selfAttn] = await model.decode(
+      memory, src, model.int64([ys.slice(0, -1)]));
+  const first = (t) => nested(t.data, t.dims).map((layer) => layer[0]);
+  return {encoder: first(encoder), cross: first(cross),
+    decoderSelf: first(selfAttn)};
+}
+
+/** Greedy (beam = 1) or beam search with the run's settings: srcIds (S)
+ *  -> ids, <bos> first. */
+export async function translateIds(model, vocab, srcIds, settings,
+    beam = null) {
+  beam = beam ?? settings.beam;
+  const limit = outputLimit(srcIds.length, settings);
+  if (beam === 1) return greedy(model, vocab, srcIds, limit);
+  return beamSearch(model, vocab, srcIds, limit, beam,
+      settings.length_penalty);
+}
+
+/** Translate sentences one by one; a sentence with no known piece gives
+ *  ''. (Python's `workers` has no twin: one WASM thread.) */
+export async function translate(model, vocab, sentences, settings,
+    beam = null) {
+  const out = [];
+  for (const text of sentences) {
+    const ids = sourceIds(vocab, text, settings.max_len);
+    out.push(ids === null ? '' : detokenize(
+        vocab, await translateIds(model, vocab, ids, settings, beam)));
+  }
+  return out;
+}
+
+// --- What numpy does in the Python ---------------------------------------
+
+/** np.argmax: the index of the first of equal maxima. */
+function argmax(xs) {
+  let at = 0;
+  for (let i = 1; i < xs.length; i++) if (xs[i] > xs[at]) at = i;
+  return at;
+}
+
+/** For a descending sort, without subtracting (-inf - -inf is NaN). */
+function descending(a, b) {
+  return a > b ? -1 : a < b ? 1 : 0;
+}
+
+/** np.argsort(-xs, kind='stable')[:k] without sorting all of xs: the
+ *  indices of the k largest, best first, the first of equal values first. */
+function topK(xs, k) {
+  const top = [];
+  for (let i = 0; i < xs.length; i++) {
+    if (top.length === k && !(xs[i] > xs[top[k - 1]])) continue;
+    let j = top.length; // i goes after every value >= xs[i]
+    while (j > 0 && xs[i] > xs[top[j - 1]]) j--;
+    top.splice(j, 0, i);
+    if (top.length > k) top.pop();
+  }
+  return top;
+}
+
+/** A flat array as nested arrays of plain numbers, shaped as dims. */
+function nested(data, dims) {
+  if (dims.length === 0) return data[0];
+  const step = data.length / dims[0];
+  return Array.from({length: dims[0]}, (_, i) =>
+    nested(data.subarray(i * step, (i + 1) * step), dims.slice(1)));
+}

@@ -1,0 +1,116 @@
+"""The page's translator, aiayn/web/translator.mjs, is aiayn.export's search: Node runs it on the same files.
+
+Python writes what it gets to a JSON file (sentencepiece's ids and texts; ``greedy``, ``beam_search`` and
+``attention`` over the float32 and the int8 graphs), then ``node --test`` runs tests/js/*.test.mjs against
+it: the same tokens on float32, the same on nearly every sentence on int8 (tests/js/translator.int8.test.mjs
+says why not on every one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import PUBLISHED
+
+from aiayn import export as ex
+from aiayn.data import Tokenizer, load_multi30k
+
+REPO = Path(__file__).resolve().parents[1]
+# text the tokenizer must split as sentencepiece does: blanks, emoji, specials written out, umlauts
+ODD = [
+    "", " ", "  ", "\t", "\t\n", "\U0001f600", "\U0001f600\U0001f389", "ab\U0001f600\U0001f600cd",
+    "<unk>", "<s>", "</s>", "Straße über Öl", "ÄÖÜäöüß", " führt", "x  y", "Ein Hund \U0001f436 läuft.",
+    "a\u2581b", "\u2581", "Cafe\u0301", "日本語", "Mann\tFrau", "  vorne und hinten  ", "\u00a0",
+    "123 456", "ＡＢＣ", "ﬁ",
+]  # fmt: skip
+# sentences searched on each kind of graph, from the end of test 2016 (other tests read its start)
+SENTENCES = {"fp32": 50, "int8": 50}
+
+
+def _source_case(vocab: ex.Vocabulary, text: str, max_len: int) -> dict:
+    case = {"text": text, "max_len": max_len}
+    try:
+        return {**case, "ids": ex.source_ids(vocab, text, max_len)}
+    except ValueError as err:
+        return {**case, "error": str(err)}
+
+
+def _searched(folder: Path, kind: str, sentences: list[dict]):
+    """Greedy and beam search of the sentences on one kind of graph, and the attention of two."""
+    settings = json.loads((folder / ex.SETTINGS_JSON).read_text())
+    vocab = ex.Vocabulary.load(folder)
+    model = ex.OnnxModel(folder, int8=kind == "int8", threads=1)
+    beam, alpha = settings["beam"], settings["length_penalty"]
+    found, maps = [], []
+    for s in sentences[: SENTENCES[kind]]:
+        src, limit = s["src"], s["limit"]
+        ys = ex.beam_search(model, vocab, src, limit, beam, alpha)
+        found.append(
+            {
+                "greedy": ex.greedy(model, vocab, src, limit),
+                "beam": ys,
+                "beam_text": ex.detokenize(vocab, ys),
+            }
+        )
+        if len(maps) < 2:
+            weights = ex.attention(model, src, ys)
+            maps.append({"src": src, "ys": ys} | _lists(weights))
+    return found, maps
+
+
+def _lists(weights: dict) -> dict:
+    return {kind: w.tolist() for kind, w in weights.items()}
+
+
+@pytest.fixture(scope="module")
+def cases(exported, root, tmp_path_factory) -> Path:
+    """Python's outputs for the Node tests, in ``cases.json`` in a temporary folder."""
+    tokenizer = Tokenizer(PUBLISHED / "tokenizer.model")
+    vocab = ex.Vocabulary.load(exported)
+    settings = json.loads((exported / ex.SETTINGS_JSON).read_text())
+    val, test = (load_multi30k(s, root) for s in ("val", "test2016"))
+    tokens = []
+    for text in [text for pair in val + test for text in pair] + ODD:
+        ids = tokenizer.encode(text)
+        decoded = tokenizer.decode(ids)
+        tokens.append({"text": text, "ids": ids, "decoded": decoded})
+    blank = ("", "\U0001f600 \U0001f389", " \t", "Ein Mann.")
+    sources = [_source_case(vocab, t, settings["max_len"]) for t in blank]
+    sources.append(_source_case(vocab, "Hund " * 300, 256))
+    sources.append(_source_case(vocab, "Ein Mann auf einem Pferd.", 4))
+    sentences = []
+    for text, _ in test[-max(SENTENCES.values()) :]:
+        src = tokenizer.encode(text) + [vocab.eos_id]
+        limit = ex.output_limit(len(src), settings)
+        sentences.append({"text": text, "src": src, "limit": limit})
+    record = {"tokens": tokens, "sources": sources, "sentences": sentences}
+    runs, record["attention"] = {}, {}
+    with ThreadPoolExecutor(2) as pool:  # onnxruntime releases the GIL
+        for kind in SENTENCES:
+            runs[kind] = pool.submit(_searched, exported, kind, sentences)
+    for kind, run in runs.items():
+        record[kind], record["attention"][kind] = run.result()
+    path = tmp_path_factory.mktemp("js") / "cases.json"
+    path.write_text(json.dumps(record, ensure_ascii=False), "utf-8")
+    return path
+
+
+def test_the_javascript_translator_gives_python_s_results(exported, cases):
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not on PATH: these tests need Node 20.10+")
+    if not (REPO / "node_modules/onnxruntime-web").is_dir():
+        pytest.fail(f"onnxruntime-web is missing: run `npm ci` in {REPO}")
+    env = os.environ | {"AIAYN_EXPORT": str(exported)}
+    env["AIAYN_JS_CASES"] = str(cases)
+    tests = sorted((REPO / "tests/js").glob("*.test.mjs"))
+    # the float32 and the int8 file side by side, one WebAssembly thread each
+    command = [node, "--test", "--test-concurrency=2", *map(str, tests)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, f"node failed:\n{run.stdout}\n{run.stderr}"
