@@ -3,6 +3,7 @@
 import importlib
 import inspect
 import pkgutil
+import re
 
 import pytest
 
@@ -133,3 +134,57 @@ def test_every_public_object_of_the_package_can_be_shown(docstring):
         if lines:
             wide[name] = lines
     assert not wide, wide
+
+
+# --- show_js: the JavaScript the website runs ------------------------------------------------------------
+
+JS = """// a module
+const X = 1;
+
+/** Add two numbers.
+ *  x, y -> x + y */
+export function add(x, y) {
+  return x + y; // the body stays
+}
+
+export async function wide(a) {
+  const s = "a // inside a string is no comment";
+  return a; // a comment that goes on and on, far past the edge of the code box on the website
+}
+"""
+
+
+def test_show_js_shows_a_function_without_its_jsdoc(tmp_path):
+    (tmp_path / "m.mjs").write_text(JS)
+    block = source.show_js("add", file=str(tmp_path / "m.mjs"))
+    assert block.code == "export function add(x, y) {\n  return x + y; // the body stays\n}\n"
+    assert block.language == "javascript"
+    assert "```javascript\nexport function add(" in block._repr_markdown_()
+    with_doc = source.js_source_of("add", file=str(tmp_path / "m.mjs"), jsdoc=True)
+    assert with_doc.startswith("/** Add two numbers.\n *  x, y -> x + y */\nexport function add(")
+
+
+def test_show_js_wraps_a_wide_comment_as_a_comment(tmp_path):
+    (tmp_path / "m.mjs").write_text(JS)
+    lines = source.show_js("wide", file=str(tmp_path / "m.mjs")).code.splitlines()
+    assert all(len(line) <= source.WIDTH for line in lines)
+    assert lines[3].startswith("      // ") and lines[2].endswith(" \\"), lines
+    assert lines[1] == '  const s = "a // inside a string is no comment";'
+
+
+def test_show_js_names_what_the_file_defines(tmp_path):
+    (tmp_path / "m.mjs").write_text(JS)
+    expected = r"defines no top-level function or class 'beam'; it defines \['add', 'wide'\]"
+    with pytest.raises(ValueError, match=expected):
+        source.show_js("beam", file=str(tmp_path / "m.mjs"))
+
+
+def test_every_function_of_the_page_translator_can_be_shown():
+    """aiayn/web/translator.mjs ships in the package; each of its top-level functions fits the code box."""
+    text = (source._PACKAGE_ROOT / source.JS_FILE).read_text(encoding="utf-8")
+    names = re.findall(r"^(?:export\s+)?(?:async\s+)?(?:function|class)\s+(\w+)", text, re.M)
+    assert {"bpeEncode", "greedy", "beamSearch"} <= set(names), names
+    for name in names:
+        block = source.show_js(name)
+        assert block.path == "aiayn/web/translator.mjs" and block.code.rstrip().endswith("}"), name
+        assert all(len(line) <= source.WIDTH for line in block.code.splitlines()), name

@@ -8,9 +8,14 @@
   (``MathJax.Hub.Queue``), answered by MathJax 3's ``typesetPromise``.
 - Keeps inline scripts from appearing twice on a page (a second ``const THEBE_JS_URL`` of
   sphinx-thebe is a page error).
+- Copies the site's assets again when ``tools/site_assets.py`` changed them: Sphinx copies static files
+  only when it writes a page, so it rewrites the first page when an asset is newer than it (the
+  translator's model, present in one build and not the next, would otherwise stay as it was).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 VEGA_SCRIPTS = ["vendor/vega.min.js", "vendor/vega-lite.min.js", "vendor/vega-embed.min.js"]
 
@@ -38,10 +43,21 @@ def _drop_duplicate_scripts(app, env):
             object.__setattr__(script, "filename", "")
 
 
+def _assets_changed(app, env, added, changed, removed):
+    """The root page, when a file of _site_assets is newer than its HTML: writing it copies them again."""
+    built = Path(app.outdir) / f"{app.config.root_doc}.html"
+    assets = Path(app.confdir) / "_site_assets"
+    if not built.is_file() or not assets.is_dir():
+        return []
+    newest = max((f.stat().st_mtime for f in assets.rglob("*") if f.is_file()), default=0)
+    return [app.config.root_doc] if newest > built.stat().st_mtime else []
+
+
 def setup(app):
     for script in VEGA_SCRIPTS:
         app.add_js_file(script, priority=200)
     # deferred like MathJax itself, and later in the page, so it runs after MathJax has loaded
     app.add_js_file(None, body=MATHJAX2_SHIM, priority=900, type="module")
     app.connect("env-updated", _drop_duplicate_scripts)
+    app.connect("env-get-outdated", _assets_changed)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -2,18 +2,36 @@
 
 Files land in _site_assets/vendor (served as _static/vendor) and _site_extra (copied to the site root).
 
+The in-browser translator (chapter 11.4) gets _site_assets/translator (served as _static/translator): the page's
+modules from src/aiayn/web, the committed attention examples (what the page shows without a model), ``site.json``
+(what this build holds) and, when the published model is on this machine ($AIAYN_MODEL, else the user cache; never
+downloaded here), its int8 ONNX graphs, tokenizer and manifest in translator/model. The export
+(``python -m aiayn.export --bleu int8``) is kept in _build/translator-export/<key>, the key naming the weights and
+the exporter, so a second build copies it instead of exporting again. Weights and graphs stay out of git (both
+folders are ignored).
+
 Run by `make book` and `make test` before the site build, so no page loads anything from a CDN.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = ROOT / "node_modules"
 VENDOR = ROOT / "_site_assets" / "vendor"  # html_static_path: served as _static/vendor
 EXTRA = ROOT / "_site_extra"  # html_extra_path: copied to the site's root as it is
+TRANSLATOR = ROOT / "_site_assets" / "translator"  # served as _static/translator
+PACKAGE = ROOT / "src" / "aiayn"
+EXPORTS = ROOT / "_build" / "translator-export"  # one folder per (weights, exporter)
 
 # destination folder (relative to _static/vendor) -> glob patterns (relative to node_modules)
 ASSETS = {
@@ -41,16 +59,30 @@ ASSETS = {
         "@jupyter-widgets/html-manager/dist/*.woff",
         "@jupyter-widgets/html-manager/dist/*.ttf",
     ],
+    # onnxruntime-web, WebAssembly only: the module the page imports, the Emscripten glue it imports and the
+    # runtime itself (the page fetches the .wasm, counting its bytes, and hands it over)
+    "onnxruntime-web": [
+        "onnxruntime-web/dist/ort.wasm.min.mjs",
+        "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs",
+        "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm",
+    ],
 }
+RUNTIME = "onnxruntime-web/ort-wasm-simd-threaded.wasm"  # relative to _static/vendor
+
+# what the page downloads from an export (aiayn.export writes them)
+MODEL_FILES = ("encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "translator.json", "manifest.json")
+TEST_FILES = ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz")  # what --bleu int8 reads
 
 
-def main() -> None:
-    if not NODE.is_dir():
-        raise SystemExit("node_modules is missing: run `npm ci` first (make does this)")
-    for folder in (VENDOR, EXTRA):
-        if folder.exists():
-            shutil.rmtree(folder)
-    VENDOR.mkdir(parents=True)
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def copy_vendor() -> None:
     for dest, patterns in ASSETS.items():
         folder = VENDOR / dest
         folder.mkdir(parents=True, exist_ok=True)
@@ -60,9 +92,128 @@ def main() -> None:
                 raise SystemExit(f"site assets: nothing in node_modules matches {pattern}; run `npm ci`")
             for src in matches:
                 shutil.copy2(src, folder / src.name)
-    files = [p for folder in (VENDOR, EXTRA) for p in folder.rglob("*") if p.is_file()]
+
+
+# --- the translator's page -------------------------------------------------------------------------------
+
+
+def published_folder() -> tuple[Path | None, str]:
+    """The folder of the published model on this machine and its weights, or None and why not (no download)."""
+    from aiayn.published import ModelUnavailable, _weights_file, model_dir
+
+    given = os.environ.get("AIAYN_MODEL")
+    folder = model_dir()
+    try:
+        weights = _weights_file(folder)
+    except ModelUnavailable as err:
+        weights, problem = None, str(err)
+    else:
+        missing = [p.name for p in (weights, folder / "config.json", folder / "tokenizer.model") if not p.is_file()]
+        problem = f"{folder} lacks {', '.join(missing)}" if missing else ""
+    if not problem:
+        return weights, ""
+    if given:  # asked for, and not there: a site built without it would hide the mistake
+        raise SystemExit(f"site assets: $AIAYN_MODEL={given}, but {problem}")
+    return None, f"no published model in {folder} ($AIAYN_MODEL unset)"
+
+
+def test_data() -> Path | None:
+    """The folder with the test 2016 files that ``--bleu int8`` scores, if they are on this machine."""
+    from aiayn.data import data_dir
+
+    folder = data_dir()
+    return folder if all((folder / name).is_file() for name in TEST_FILES) else None
+
+
+def complete(folder: Path) -> bool:
+    """Whether an export folder holds every file the page needs, as big as its manifest says."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        return all((folder / n).stat().st_size == manifest["files"][n]["bytes"] for n in MODEL_FILES[:-1])
+    except (OSError, KeyError, ValueError):
+        return False
+
+
+def export(weights: Path, data: Path | None) -> tuple[Path, str]:
+    """The export of these weights by this exporter: reused from _build/translator-export, else made there.
+
+    Returns the folder and what happened ("reused ...", "exported ...").
+    """
+    key = f"{sha256(weights)[:16]}-{sha256(PACKAGE / 'export.py')[:16]}"
+    out = EXPORTS / key
+    if complete(out) and (json.loads((out / "manifest.json").read_text())["bleu"] or data is None):
+        return out, f"reused the export of {weights} in {out.relative_to(ROOT)}"
+    partial = EXPORTS / f"{key}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    bleu = "int8" if data is not None else "none"
+    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial), "--bleu", bleu]
+    log = EXPORTS / f"{key}.log"
+    started = time.perf_counter()
+    with open(log, "w") as f:
+        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
+    if done.returncode != 0 or not complete(partial):
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise SystemExit(f"site assets: `{' '.join(command)}` failed (log: {log}):\n{tail}")
+    for old in EXPORTS.iterdir():  # one export at a time: an older one is 250 MB of graphs
+        if old.is_dir() and old.name != key and old != partial:
+            shutil.rmtree(old)
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    seconds = time.perf_counter() - started
+    return out, f"exported {weights} into {out.relative_to(ROOT)} in {seconds:.0f} s"
+
+
+def copy_translator() -> str:
+    """Fill _site_assets/translator; returns the line that says what happened to the model."""
+    TRANSLATOR.mkdir(parents=True)
+    for src in sorted((PACKAGE / "web").glob("*.mjs")) + sorted((PACKAGE / "web").glob("*.css")):
+        shutil.copy2(src, TRANSLATOR / src.name)
+    with gzip.open(PACKAGE / "results" / "multi30k.attention.json.gz", "rb") as f:
+        (TRANSLATOR / "examples.json").write_bytes(f.read())  # the explorer of chapter 11.2, for the fallback
+    runtime = VENDOR / RUNTIME
+    site = {
+        "what": "the in-browser translator of this build (tools/site_assets.py)",
+        "model": None,
+        "examples": "examples.json",
+        "runtime": {"path": f"../vendor/{RUNTIME}", "bytes": runtime.stat().st_size, "sha256": sha256(runtime)},
+    }
+    weights, why = published_folder()
+    if weights is None:
+        line = f"translator: {why}: the page will show the committed examples"
+    else:
+        data = test_data()
+        out, what = export(weights, data)
+        (TRANSLATOR / "model").mkdir()
+        for name in MODEL_FILES:
+            shutil.copy2(out / name, TRANSLATOR / "model" / name)
+        site["model"] = "model/manifest.json"
+        manifest = json.loads((out / "manifest.json").read_text())
+        bleu = manifest["bleu"]
+        scores = (
+            f"BLEU of the int8 files on test2016: greedy {bleu['int8.beam1']['bleu']:.2f}, "
+            f"beam 4 {bleu['int8.beam4']['bleu']:.2f}"
+            if bleu
+            else "no BLEU: the test2016 files are not here (set $AIAYN_DATA)"
+        )
+        line = f"translator: {what}; {scores}; the page downloads {manifest['page_bytes'] / 1e6:.1f} MB"
+    (TRANSLATOR / "site.json").write_text(json.dumps(site, indent=1) + "\n")
+    return line
+
+
+def main() -> None:
+    if not NODE.is_dir():
+        raise SystemExit("node_modules is missing: run `npm ci` first (make does this)")
+    for folder in (VENDOR, EXTRA, TRANSLATOR):
+        if folder.exists():
+            shutil.rmtree(folder)
+    VENDOR.mkdir(parents=True)
+    copy_vendor()
+    line = copy_translator()
+    files = [p for folder in (VENDOR, EXTRA, TRANSLATOR) for p in folder.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     print(f"site assets: {len(files)} files, {size / 1e6:.1f} MB in _site_assets/ and _site_extra/")
+    print(line)
 
 
 if __name__ == "__main__":

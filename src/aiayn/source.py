@@ -1,8 +1,10 @@
 """Show the package's own code on the page: the source of a function, class or method, as it is installed.
 
 A chapter calls ``show_source(MultiHeadAttention.forward)``; the notebook stores the code as a highlighted
-Markdown block, so the website shows exactly what ``aiayn`` runs. nbval re-runs the cell, and a test in
-``tests/test_book.py`` re-reads every shown block, so a block that no longer matches the package fails.
+Markdown block, so the website shows exactly what ``aiayn`` runs. ``show_js("beamSearch")`` does the same for
+a function of the JavaScript the website runs (``aiayn/web/translator.mjs``, the twin of ``aiayn.export``).
+nbval re-runs the cell, and a test in ``tests/test_book.py`` re-reads every shown block, so a block that no
+longer matches the package fails.
 
 A line wider than the code box (``WIDTH``) is wrapped for display (``wrap_code``): it is cut at its last
 space (outside ``{...}`` when it can) that leaves room for a ``\\`` marker, and goes on below, indented four
@@ -13,12 +15,21 @@ from __future__ import annotations
 
 import inspect
 import io
+import re
 import textwrap
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SourceBlock", "show_source", "source_of", "wrap_code", "WIDTH"]
+__all__ = [
+    "SourceBlock",
+    "show_source",
+    "source_of",
+    "show_js",
+    "js_source_of",
+    "wrap_code",
+    "WIDTH",
+]
 
 WIDTH = 77
 """The widest line a code box on the website holds at 1280 px (the theme's font): shown code must fit."""
@@ -83,9 +94,11 @@ class SourceBlock:
     name: str
     path: str
     code: str
+    language: str = "python"
 
     def _repr_markdown_(self) -> str:
-        return f"`{self.name}`, from `{self.path}`:\n\n```python\n{self.code}```\n"
+        fence = f"```{self.language}"
+        return f"`{self.name}`, from `{self.path}`:\n\n{fence}\n{self.code}```\n"
 
     def __repr__(self) -> str:
         return f"# {self.name}, from {self.path}\n{self.code}"
@@ -121,7 +134,33 @@ def _cut(line: str, indent: int, room: int) -> int:
     return max(spaces)[1] if spaces else room
 
 
-def _wrap_line(line: str, width: int, comment_at: int | None) -> list[str]:
+def _js_comment_columns(code: str) -> dict[int, int]:
+    """As ``_comment_columns`` for JavaScript: where a ``//`` comment starts outside strings."""
+    columns: dict[int, int] = {}
+    quote = None  # the open string; only a template literal spans lines
+    for n, line in enumerate(code.splitlines(), 1):
+        i = 0
+        while i < len(line):
+            char = line[i]
+            if quote:
+                if char == "\\":
+                    i += 1
+                elif char == quote:
+                    quote = None
+            elif char in "'\"`":
+                quote = char
+            elif line.startswith("//", i):
+                columns[n] = i
+                break
+            i += 1
+        if quote != "`":
+            quote = None
+    return columns
+
+
+def _wrap_line(
+    line: str, width: int, comment_at: int | None, comment: str = "#"
+) -> list[str]:
     """Cut ``line`` into pieces of at most ``width`` characters, each but the last ending in ``MARKER``."""
     indent = len(line) - len(line.lstrip())
     pieces = []
@@ -131,33 +170,48 @@ def _wrap_line(line: str, width: int, comment_at: int | None) -> list[str]:
         pieces.append(head + MARKER)
         in_comment = comment_at is not None and cut > comment_at
         prefix = " " * min(indent + 4, width // 2) + (
-            "# " if in_comment else ""
+            f"{comment} " if in_comment else ""
         )
         line, indent = prefix + rest, len(prefix)
-        comment_at = len(prefix) - 2 if in_comment else None
+        comment_at = len(prefix) - len(comment) - 1 if in_comment else None
     return [*pieces, line]
 
 
-def wrap_code(code: str, width: int = WIDTH) -> str:
+_COMMENTS = {
+    "python": ("#", _comment_columns),
+    "javascript": ("//", _js_comment_columns),
+}
+
+
+def wrap_code(
+    code: str, width: int = WIDTH, language: str = "python"
+) -> str:
     """Wrap the lines of ``code`` wider than ``width`` for display; lines that fit are left alone.
 
     A wide line is cut at its last space that leaves room for the marker `` \\`` (or inside a
     word if there is none) and goes on below, indented four spaces more than it; a comment goes
-    on as a comment (``# ``). So nothing is cut off and the reader sees where a line goes on.
+    on as a comment (``# ``, ``// `` in JavaScript). So nothing is cut off and the reader sees
+    where a line goes on.
 
     Args:
         code: source text.
         width: the widest line shown, ``WIDTH`` by default.
+        language: ``"python"`` or ``"javascript"`` (how comments are marked).
 
     Returns:
         ``code`` with every line at most ``width`` characters long.
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 20:
         raise ValueError(f"width must be an integer >= 20, got {width!r}")
+    if language not in _COMMENTS:
+        raise ValueError(
+            f"language must be one of {sorted(_COMMENTS)}, got {language!r}"
+        )
     lines = code.splitlines(keepends=True)
     if all(len(line.rstrip("\n")) <= width for line in lines):
         return code
-    comments = _comment_columns(code)
+    comment, columns_of = _COMMENTS[language]
+    comments = columns_of(code)
     out = []
     for n, line in enumerate(lines, 1):
         text = line.rstrip("\n")
@@ -165,7 +219,7 @@ def wrap_code(code: str, width: int = WIDTH) -> str:
         if len(text) <= width:
             out.append(line)
             continue
-        wrapped = _wrap_line(text, width, comments.get(n))
+        wrapped = _wrap_line(text, width, comments.get(n), comment)
         out.append("\n".join(wrapped) + end)
     return "".join(out)
 
@@ -191,3 +245,84 @@ def show_source(obj: object, docstring: bool = False) -> SourceBlock:
     except ValueError:
         rel = path.name
     return SourceBlock(name=name, path=rel, code=code)
+
+
+# --- The JavaScript the website runs ---------------------------------------------------------------
+
+JS_FILE = "web/translator.mjs"
+"""The page's twin of ``aiayn.export``'s search, shipped inside the package."""
+
+
+def _js_definition(name: str) -> re.Pattern:
+    return re.compile(
+        rf"^(?:export\s+)?(?:async\s+)?(?:function\*?|class)\s+{re.escape(name)}\b",
+        re.M,
+    )
+
+
+def js_source_of(name: str, file: str = JS_FILE, jsdoc: bool = False) -> str:
+    """The source of the top-level function or class ``name`` in a JavaScript file of the package.
+
+    The definition runs from its ``function``/``class`` line to the first line after it that is
+    a lone ``}`` (the files are formatted so: a top-level body closes at column 0). The JSDoc
+    comment right above it (``/** ... */``) is left out unless ``jsdoc=True``.
+
+    Args:
+        name: e.g. ``"beamSearch"``.
+        file: the file, relative to the package (default ``web/translator.mjs``).
+        jsdoc: keep the JSDoc comment.
+
+    Raises:
+        FileNotFoundError: the package has no such file.
+        ValueError: the file defines no top-level ``name``.
+    """
+    path = _PACKAGE_ROOT / file
+    if not path.is_file():
+        raise FileNotFoundError(f"show_js: the package has no file {file}")
+    text = path.read_text(encoding="utf-8")
+    found = _js_definition(name).search(text)
+    if found is None:
+        defined = re.findall(
+            r"^(?:export\s+)?(?:async\s+)?(?:function\*?|class)\s+(\w+)",
+            text,
+            re.M,
+        )
+        raise ValueError(
+            f"show_js: aiayn/{file} defines no top-level function or class "
+            f"{name!r}; it defines {defined}"
+        )
+    lines = text[found.start() :].splitlines()
+    end = next((i for i, line in enumerate(lines) if line == "}"), None)
+    if end is None:
+        raise ValueError(
+            f"show_js: {name} in aiayn/{file} has no closing '}}' at column 0"
+        )
+    code = "\n".join(lines[: end + 1]) + "\n"
+    before = text[: found.start()].rstrip()
+    if jsdoc and before.endswith("*/"):
+        start = before.rfind("/**")
+        if start >= 0 and before[start:].count("*/") == 1:
+            code = before[start:] + "\n" + code
+    return code
+
+
+def show_js(
+    name: str, file: str = JS_FILE, jsdoc: bool = False
+) -> SourceBlock:
+    """Return the JavaScript function or class ``name`` as a block that notebooks render as code.
+
+    The page's search (``aiayn/web/translator.mjs``) mirrors ``aiayn.export`` function by
+    function; a chapter shows the two side by side, ``show_source`` for the Python and this for
+    the JavaScript. Lines wider than ``WIDTH`` are wrapped for display (``wrap_code``).
+
+    Args:
+        name: the function or class, e.g. ``"beamSearch"``.
+        file: the file, relative to the package (default ``web/translator.mjs``).
+        jsdoc: keep its JSDoc comment (default: drop it, as ``show_source`` drops docstrings).
+    """
+    code = wrap_code(
+        js_source_of(name, file, jsdoc=jsdoc), language="javascript"
+    )
+    return SourceBlock(
+        name=name, path=f"aiayn/{file}", code=code, language="javascript"
+    )

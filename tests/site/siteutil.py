@@ -336,13 +336,14 @@ window.__aiayn = (() => {
     return {column: {left: Math.round(box.left), right: Math.round(edge)}, elements: found};
   }
   function controls() {
-    // every form control in the article, and whether it belongs to a chart that redraws in the browser
+    // every form control in the article, and whether it belongs to a chart that redraws in the browser or to a
+    // page module that answers it there (data-aiayn-live: the translator of 11.4, tests/site/test_translator.py)
     const art = document.querySelector('article.bd-article') || document.body;
     return Array.from(art.querySelectorAll('input, select, textarea, .jupyter-widgets'))
       .filter(el => el.offsetParent !== null || el.classList.contains('jupyter-widgets'))
       .map(el => ({tag: el.tagName.toLowerCase(), type: el.type || '',
                    chart: !!el.closest('.aiayn-chart .vega-bindings'), widget: !!el.closest('.jupyter-widgets'),
-                   name: el.name || el.className || ''}));
+                   live: !!el.closest('[data-aiayn-live]'), name: el.name || el.className || ''}));
   }
   async function settled() {
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {

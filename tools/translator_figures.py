@@ -1,0 +1,72 @@
+"""Write the figures of the in-browser translator (chapter 11.4) from an export, for the package to ship.
+
+    python -m aiayn.export $AIAYN_MODEL --out runs/export --bleu int8
+    python tools/translator_figures.py runs/export --out src/aiayn/results
+
+writes ``multi30k.translator.json``: the size of every file the page downloads, the BLEU of the int8 graphs on
+test 2016 (greedy and beam search, sacreBLEU) and the versions and machine that measured it. The chapter prints
+these figures wherever it runs, with or without the model; `make book` exports again for the site (the same
+command), and this file is what the chapter states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+OUT_NAME = "multi30k.translator.json"
+PAGE_FILES = ("encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "translator.json")
+
+
+def generic(command: str) -> str:
+    """The export command without this machine's paths: the model folder as $AIAYN_MODEL, the output as DIR."""
+    words = command.split()
+    out = words.index("--out")
+    words[out + 1] = "DIR"
+    if out == 4:  # python -m aiayn.export RUN --out ...
+        words[3] = "$AIAYN_MODEL"
+    return " ".join(words)
+
+
+def figures(folder: Path) -> dict:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if not manifest["bleu"]:
+        raise SystemExit(f"{folder}/manifest.json has no BLEU: export with --bleu int8")
+    bleu = {
+        key.removeprefix("int8."): {k: v for k, v in entry.items() if k != "command"}
+        for key, entry in manifest["bleu"].items()
+        if key.startswith("int8.")
+    }
+    return {
+        "what": "the published model as chapter 11.4's page runs it: int8 ONNX graphs (aiayn.export)",
+        "source": manifest["source"],
+        "settings": manifest["settings"],
+        "files": {name: entry["bytes"] for name, entry in manifest["files"].items()},
+        "page_bytes": manifest["page_bytes"],
+        "page_files": list(PAGE_FILES),
+        "bleu_test2016": bleu,
+        "command": generic(next(iter(manifest["bleu"].values()))["command"]),
+        "versions": manifest["versions"],
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "measured_at": time.strftime("%Y-%m-%d", time.gmtime((folder / "manifest.json").stat().st_mtime)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", type=Path, help="a folder written by python -m aiayn.export --bleu int8")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write it into")
+    args = parser.parse_args()
+    record = figures(args.export)
+    path = args.out / OUT_NAME
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}: page {record['page_bytes'] / 1e6:.1f} MB, BLEU " +
+          ", ".join(f"{k} {v['bleu']}" for k, v in record["bleu_test2016"].items()))
+
+
+if __name__ == "__main__":
+    main()
