@@ -26,6 +26,7 @@ __all__ = [
     "show_source",
     "source_of",
     "show_js",
+    "translator_page",
     "js_source_of",
     "wrap_code",
     "WIDTH",
@@ -325,4 +326,25 @@ def show_js(
     )
     return SourceBlock(
         name=name, path=f"aiayn/{file}", code=code, language="javascript"
+    )
+
+
+def translator_page():
+    """The ``<div>`` where section 11.4 mounts the in-browser translator (``aiayn/web/page.mjs``).
+
+    The website serves ``page.mjs`` from ``_static/translator/``; where it is absent (Colab, a
+    local Jupyter), the import fails quietly and the ``<div>`` keeps its one line.
+    """
+    from IPython.display import HTML
+
+    return HTML(
+        '<div id="aiayn-translator">\n'
+        "<p>The translator runs on the book's website, in the page's own\n"
+        "JavaScript; it cannot run here.</p>\n"
+        "</div>\n"
+        '<script type="module">\n'
+        'import("../_static/translator/page.mjs")\n'
+        '  .then((page) => page.mount(document.getElementById("aiayn-translator")))\n'
+        "  .catch(() => {});  // not on the website: the line above stays\n"
+        "</script>"
     )
