@@ -340,3 +340,36 @@ def test_evaluate_keeps_one_result_per_decoding_setting(smoke_run, root, tmp_pat
     assert (greedy.setting, beam.setting) == ("test2016.beam1.n3", "test2016.lp1.n3")
     assert results["test2016.beam1.n3"]["bleu"] == again.bleu == greedy.bleu
     assert sorted(p.name for p in out.glob("*.hyp.en")) == ["test2016.beam1.n3.hyp.en", "test2016.lp1.n3.hyp.en"]
+
+
+def test_the_train_command_trains_with_set_fast_and_compiles_with_dynamic_shapes(
+    tmp_path, monkeypatch, capsys, root, cache
+):
+    """A fused-attention preset trains on every fast path (proven equal in test_training.py), and
+    --compile compiles once for all batch shapes; on a CPU it says that compiling is slower."""
+    import aiayn.recipes as recipes
+    from aiayn.attention import MultiHeadAttention
+    from aiayn.layers import LayerNorm
+    from aiayn.model import Transformer
+
+    seen, compiled = {}, []
+
+    def fit_spy(model, batches, **kwargs):
+        seen["switches"] = {
+            (name, getattr(m, name))
+            for m in model.modules()
+            if isinstance(m, (MultiHeadAttention, LayerNorm))
+            for name in ("use_fused", "packed", "fused")
+            if hasattr(m, name)
+        }
+        raise KeyboardInterrupt  # nothing more is needed from this run
+
+    monkeypatch.setattr(recipes, "fit", fit_spy)
+    monkeypatch.setattr(Transformer, "compile", lambda self, **kw: compiled.append(kw))
+    cfg = SMOKE.with_changes(train_subset=200, val_subset=10, vocab_size=300, compile=True)
+    assert cfg.model.fused_attention
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", root=root, device="cpu", progress=False, log=print)
+    assert seen["switches"] == {("use_fused", True), ("packed", True), ("fused", True)}
+    assert compiled == [{"dynamic": True}]
+    assert "compiled training on a CPU is slower than eager" in capsys.readouterr().out

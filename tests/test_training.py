@@ -562,3 +562,33 @@ def test_fit_saves_by_wall_time_inside_an_epoch(tmp_path):
         s.saved.sha256 for s in states if s.event == "checkpoint"
     ]
     assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 5
+
+
+# --- The fast paths in training ---------------------------------------------------------------------
+
+
+def test_training_with_set_fast_equals_the_fused_model_step_for_step():
+    """What the train command does (``set_fast`` on a fused-attention model) changes no number
+    that matters: with dropout on, the same masks are drawn, so the losses of 8 Adam steps and the
+    weights after them agree with the fused-only model's to float rounding."""
+    from aiayn.layers import set_fast
+
+    def run(fast: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+        torch.manual_seed(0)
+        model = Transformer(
+            TransformerConfig(V, V, d_model=32, d_ff=64, h=4, N=2, dropout=0.1, fused_attention=True)
+        )
+        if fast:
+            set_fast(model)
+        batches = copy_task_batches(8, 6, 7, V, seed=3)
+        torch.manual_seed(1)  # dropout's draws
+        history = fit(model, batches, progress=False)
+        return history.loss, {k: v.clone() for k, v in model.state_dict().items()}
+
+    loss_fused, weights_fused = run(False)
+    loss_fast, weights_fast = run(True)
+    assert loss_fast == pytest.approx(loss_fused, rel=1e-5)
+    assert weights_fast.keys() == weights_fused.keys()
+    for name, value in weights_fused.items():
+        torch.testing.assert_close(weights_fast[name], value, atol=2e-5, rtol=1e-4, msg=name)
+

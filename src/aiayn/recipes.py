@@ -40,6 +40,7 @@ from .batches import EpochBatches, eval_batches
 from .checkpoints import read_checkpoint
 from .checks import Record, WrittenFile, resolve_device, sha256_file
 from .data import Tokenizer, encode_pairs, load_multi30k, train_tokenizer
+from .layers import set_fast
 from .loss import LabelSmoothingLoss
 from .model import count_parameters
 from .presets import PRESETS, TrainConfig, build_model, get_preset
@@ -545,6 +546,11 @@ def train(
     main = distributed.is_main()
     if not main:  # rank 0 alone speaks and shows progress
         say, progress = (lambda line: None), False
+    if cfg.compile and device.type == "cpu":
+        say(
+            "note: compiled training on a CPU is slower than eager (Inductor "
+            "draws dropout's random numbers slowly); compile on a GPU"
+        )
     folder = RunFolder(out_dir)
     plan = _plan(folder, cfg, resume, overwrite)
     distributed.barrier()  # every rank has read the folder before rank 0 writes into it
@@ -678,13 +684,18 @@ def _run(
     amp = amp_dtype_for(cfg.amp, device)  # float16 (with a scaler) on a T4
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.tokenizer).to(device)
+    if cfg.model.fused_attention:
+        # fused attention, packed q/k/v, F.layer_norm: the same numbers
+        # (tests/test_fast_paths.py), fewer ops, the same state_dict
+        set_fast(model)
     optimizer = make_optimizer(model)  # fused Adam when the model is on CUDA
     scheduler = noam_scheduler(
         optimizer, cfg.model.d_model, cfg.warmup, cfg.lr_factor
     )
     if cfg.compile:
-        # in place: state_dict keys stay those of the plain model
-        model.compile()
+        # in place: state_dict keys stay those of the plain model; dynamic
+        # shapes, so that each new batch shape does not compile again
+        model.compile(dynamic=True)
     batches = EpochBatches(
         data.train_ids,
         cfg.max_tokens,

@@ -43,6 +43,13 @@ __all__ = [
     "History",
     "FitState",
     "fit",
+    "training_loop",
+    "Position",
+    "TrainStep",
+    "Stopping",
+    "Report",
+    "Evaluation",
+    "Checkpoints",
 ]
 
 
@@ -389,6 +396,126 @@ def fit(
     Returns:
         The ``History`` of the whole run (including steps before a resume).
     """
+    _check_fit_arguments(
+        batches, epochs, max_steps, eval_every, checkpoint_every,
+        amp_dtype, clip_norm, checkpoint_minutes,
+    )  # fmt: skip
+    device = (
+        torch.device(device)
+        if device is not None
+        else next(model.parameters()).device
+    )
+    model.to(device)
+    pad_id = getattr(getattr(model, "config", None), "pad_id", 0)
+    if optimizer is None:
+        optimizer = make_optimizer(model)
+        if scheduler is None:
+            scheduler = noam_scheduler(optimizer, model.config.d_model)
+    if loss_fn is None:
+        loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
+    if scaler is None:
+        scaler = make_grad_scaler(amp_dtype, device)
+
+    position = Position()
+    if resume_from is not None:
+        position = Position.resume(
+            resume_from, model, optimizer, scheduler, scaler
+        )
+    step = TrainStep(
+        distributed.wrap(model),  # under torchrun: DDP averages gradients
+        optimizer, loss_fn, scheduler, clip_norm, amp_dtype, scaler,
+    )  # fmt: skip
+    bar = _progress_bar(
+        batches, epochs, position.step, max_steps, enabled=progress
+    )
+    report = Report(model, hook, bar)
+    saver = Checkpoints(
+        checkpoint_path, checkpoint_every, checkpoint_minutes,
+        checkpoint_extra, model, optimizer, scheduler, scaler, report,
+    )  # fmt: skip
+    evaluation = Evaluation(
+        model, val_batches, eval_fn, eval_every, amp_dtype, device, report
+    )
+    with report:
+        return training_loop(
+            _on_device(batches, device, pad_id, bos_id),
+            epochs,
+            position,
+            step,
+            saver,
+            evaluation,
+            report,
+            Stopping(max_steps, stop),
+        )
+
+
+def training_loop(
+    batches: Callable[[int], Iterable[Batch]],
+    epochs: int,
+    position: Position,
+    step: TrainStep,
+    saver: Checkpoints,
+    evaluation: Evaluation,
+    report: Report,
+    stopping: Stopping,
+) -> History:
+    """The loop of ``fit``: epochs of steps, each one ``train_step``, with its named pieces around.
+
+    ``position`` says where training stands (and, resumed, skips the batches already seen);
+    ``saver`` writes checkpoints, ``evaluation`` evaluates, ``report`` tells the hook and the
+    progress bar, ``stopping`` knows when to stop (``max_steps``, Ctrl-C, the other ranks).
+    """
+    step.module.train()
+    for epoch in range(position.epoch, epochs):
+        if stopping.done(position.step):
+            break
+        for batch in position.batches_of(epoch, batches):
+            start = time.perf_counter()
+            lr = step.optimizer.param_groups[0]["lr"]
+            # forward, loss, backward, clip, update, schedule
+            loss, tokens = step(batch, position)
+            position.step += 1
+            position.batches_done += 1
+            # under torchrun: the global batch's loss, and all ranks
+            # stop and save, or none
+            loss, save_now = stopping.agree(loss, saver.due(position.step))
+            seconds = time.perf_counter() - start
+            position.history.record(
+                position.step, epoch, loss, lr, tokens, seconds
+            )
+            report.step(position, loss, lr, tokens, seconds)
+            evaluation.every_steps(position)
+            if stopping.done(position.step):
+                break
+            if save_now:
+                saver.save(position)
+
+        if stopping.done(position.step):
+            # save first, so that the evaluation's use of the RNG is not in it
+            saver.save(position)
+            if not stopping.interrupted:
+                evaluation.at_epoch_end(position, epoch_done=False)
+            break
+        report.tell("epoch_end", position)
+        evaluation.at_epoch_end(position, epoch_done=True)
+        # saved as the start of the next epoch, where a resume begins
+        saver.save(position, epoch_end=True)
+    return position.history
+
+
+# --- The loop's pieces, in the order it uses them ---------------------------------------------------
+
+
+def _check_fit_arguments(
+    batches: BatchSource,
+    epochs: int,
+    max_steps: int | None,
+    eval_every: int | None,
+    checkpoint_every: int | None,
+    amp_dtype: torch.dtype | None,
+    clip_norm: float | None,
+    checkpoint_minutes: float | None,
+) -> None:
     check_positive(epochs=epochs)
     for name, value in (
         ("max_steps", max_steps),
@@ -419,230 +546,369 @@ def fit(
             "fit: batches is empty; expected at least one Batch per epoch"
         )
 
-    device = (
-        torch.device(device)
-        if device is not None
-        else next(model.parameters()).device
-    )
-    model.to(device)
-    pad_id = getattr(getattr(model, "config", None), "pad_id", 0)
-    if optimizer is None:
-        optimizer = make_optimizer(model)
-        if scheduler is None:
-            scheduler = noam_scheduler(optimizer, model.config.d_model)
-    if loss_fn is None:
-        loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
-    if scaler is None:
-        scaler = make_grad_scaler(amp_dtype, device)
-    val_batches = (
-        None if val_batches is None else [b.to(device) for b in val_batches]
-    )
-    evaluating = eval_fn is not None or val_batches is not None
 
-    world, rank = distributed.world_size(), distributed.rank()
-    history = History()
-    step, start_epoch, skip = 0, 0, 0
-    resume_rng = None
-    if resume_from is not None:
-        checkpoint = load_checkpoint(
-            resume_from, model, optimizer, scheduler, scaler=scaler
+def _on_device(
+    batches: BatchSource,
+    device: torch.device,
+    pad_id: int,
+    bos_id: int | None,
+) -> Callable[[int], Iterator[Batch]]:
+    """``epoch -> the epoch's batches``, as ``Batch`` objects on ``device``."""
+
+    def epoch_batches(epoch: int) -> Iterator[Batch]:
+        for item in _epoch_batches(batches, epoch):
+            yield _as_batch(item, pad_id, bos_id).to(
+                device, non_blocking=True
+            )
+
+    return epoch_batches
+
+
+@dataclass
+class Position:
+    """Where training stands: what a checkpoint holds besides the weights and optimizer states.
+
+    Args:
+        step: optimizer steps done (counting steps before a resume).
+        epoch: the current epoch (0-based).
+        batches_done: batches of this epoch done.
+        epoch_rng: the RNG state as this epoch began (a shuffling loader draws from it).
+        history: every step and evaluation so far.
+        skip: resumed mid-epoch: batches of ``epoch`` already seen, skipped once.
+        resume_rng: resumed mid-epoch: the RNG state at the save, set once they are skipped.
+    """
+
+    step: int = 0
+    epoch: int = 0
+    batches_done: int = 0
+    epoch_rng: dict[str, Any] | None = None
+    history: History = field(default_factory=History)
+    skip: int = 0
+    resume_rng: dict[str, Any] | None = None
+
+    @classmethod
+    def resume(
+        cls,
+        checkpoint: str | os.PathLike | bytes,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+        scaler: torch.amp.GradScaler | None,
+    ) -> Position:
+        """Load a checkpoint written by ``fit`` into the model and optimizer; where it stood."""
+        saved = load_checkpoint(
+            checkpoint, model, optimizer, scheduler, scaler=scaler
         )
-        step, start_epoch = checkpoint["step"], checkpoint["epoch"]
-        extra = checkpoint["extra"]
+        extra = saved["extra"]
         distributed.check_same_world(
             extra.get("world_size", 1), "this checkpoint"
         )
-        if world > 1:  # this rank's own random state
-            checkpoint["rng"], extra["epoch_rng"] = extra["rank_rng"][rank]
+        if distributed.world_size() > 1:  # this rank's own random state
+            rank = distributed.rank()
+            saved["rng"], extra["epoch_rng"] = extra["rank_rng"][rank]
         skip = extra.get("batches_done", 0)
-        history = History.from_state_dict(extra.get("history", {}))
         # the RNG as the epoch began, then (mid-epoch) as at the save
-        set_rng_state(extra.get("epoch_rng", checkpoint["rng"]))
-        resume_rng = checkpoint["rng"] if skip else None
+        set_rng_state(extra.get("epoch_rng", saved["rng"]))
+        return cls(
+            step=saved["step"],
+            epoch=saved["epoch"],
+            batches_done=skip,
+            history=History.from_state_dict(extra.get("history", {})),
+            skip=skip,
+            resume_rng=saved["rng"] if skip else None,
+        )
 
-    def tell(event: str, **values: Any) -> None:
-        if hook is not None:
-            hook(
-                FitState(
-                    event, step, epoch, batches_done, model=model, **values
+    def batches_of(
+        self, epoch: int, batches: Callable[[int], Iterable[Batch]]
+    ) -> Iterator[Batch]:
+        """The batches of ``epoch`` not yet trained on; counts them in ``batches_done``."""
+        self.epoch, self.batches_done = epoch, 0
+        self.epoch_rng = rng_state()  # what shuffling inside iter() draws
+        iterator = iter(batches(epoch))
+        for _ in range(self.skip):  # resumed mid-epoch: the batches seen
+            if next(iterator, None) is None:
+                raise ValueError(
+                    f"cannot resume: the checkpoint had done {self.skip} "
+                    f"batches of epoch {epoch}, but it has fewer; "
+                    "the batches differ from the run's"
                 )
+        self.batches_done, self.skip = self.skip, 0
+        if self.resume_rng is not None:  # ... then the RNG as at the save
+            set_rng_state(self.resume_rng)
+            self.resume_rng = None
+        yield from iterator
+        if self.batches_done == 0:
+            raise ValueError(
+                f"fit: epoch {epoch} yielded no batches; "
+                "expected at least one Batch per epoch"
             )
 
-    last_save = time.monotonic()
 
-    def save(
-        epoch: int, batches_done: int, epoch_rng: dict[str, Any]
+@dataclass
+class TrainStep:
+    """``train_step`` with the run's settings: called with a batch, returns (loss, tokens).
+
+    Under torchrun, each rank's loss is weighted by its share of the step's target tokens
+    (``distributed.token_weight``), and ``tokens`` counts the global batch.
+    """
+
+    module: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    clip_norm: float | None
+    amp_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler | None
+
+    def __call__(
+        self, batch: Batch, position: Position
+    ) -> tuple[float, int]:
+        weight, tokens = distributed.token_weight(batch.n_tokens)
+        try:
+            loss = train_step(
+                self.module,
+                batch,
+                self.optimizer,
+                self.loss_fn,
+                self.scheduler,
+                self.clip_norm,
+                self.amp_dtype,
+                scaler=self.scaler,
+                loss_weight=weight,
+            )
+        except FloatingPointError as err:
+            raise FloatingPointError(
+                f"{err} at step {position.step + 1} (epoch "
+                f"{position.epoch}, batch {position.batches_done + 1}); "
+                "stopping. Try a lower learning rate, a longer warmup, or "
+                "check the batch for bad targets"
+            ) from None
+        return loss.item(), tokens
+
+
+class Stopping:
+    """When ``fit`` stops: after ``max_steps`` steps, or when ``stop`` is set (e.g. by Ctrl-C).
+
+    Under torchrun the ranks agree after every step (``agree``): one rank asked to stop, or due
+    to save, makes all of them stop or save.
+    """
+
+    def __init__(
+        self, max_steps: int | None, stop: threading.Event | None
     ) -> None:
-        nonlocal last_save
-        if checkpoint_path is not None:
-            extra = {
-                **(checkpoint_extra or {}),
-                "batches_done": batches_done,
-                "epoch_rng": epoch_rng,
-                "history": history.state_dict(),
-            }
-            if world > 1:  # every rank's random state; rank 0 writes
-                extra["world_size"] = world
-                extra["rank_rng"] = distributed.gather_object(
-                    (rng_state(), epoch_rng)
-                )
-                if not distributed.is_main():
-                    return
-            data = checkpoint_bytes(
-                model, optimizer, scheduler, step, epoch, extra, scaler
-            )
-            with AtomicWriter(checkpoint_path) as writer:
-                writer.write(data)
-                tell("saving", saved=writer.finish())  # not yet renamed
-            last_save = time.monotonic()
-            tell("checkpoint", saved=writer.written)
+        self.max_steps, self.stop = max_steps, stop
+        self.agreed = (
+            False  # under torchrun: stop, as agreed after the last step
+        )
 
-    def evaluate(epoch: int, epoch_done: bool) -> None:
+    @property
+    def interrupted(self) -> bool:
+        """Asked to stop (rather than out of steps)."""
+        return self.stop is not None and self.stop.is_set()
+
+    def done(self, step: int) -> bool:
+        if self.max_steps is not None and step >= self.max_steps:
+            return True
+        return (
+            self.agreed if distributed.world_size() > 1 else self.interrupted
+        )
+
+    def agree(self, loss: float, save_now: bool) -> tuple[float, bool]:
+        """One process: as given. Under torchrun: the mean loss over the ranks' tokens, and
+        whether any rank is due to save; any rank asked to stop sets ``stop`` on all."""
+        if distributed.world_size() == 1:
+            return loss, save_now
+        loss, self.agreed, save_now = _agree(loss, self.stop, save_now)
+        return loss, save_now
+
+
+class Report:
+    """Tells the ``hook`` (a ``FitState`` per event) and the progress bar what happened."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        hook: Callable[[FitState], None] | None,
+        bar: Any,
+    ) -> None:
+        self.model, self.hook, self.bar = model, hook, bar
+
+    def tell(self, event: str, position: Position, **values: Any) -> None:
+        if self.hook is not None:
+            self.hook(
+                FitState(
+                    event,
+                    position.step,
+                    position.epoch,
+                    position.batches_done,
+                    model=self.model,
+                    **values,
+                )
+            )
+
+    def step(
+        self,
+        position: Position,
+        loss: float,
+        lr: float,
+        tokens: int,
+        seconds: float,
+    ) -> None:
+        self.tell(
+            "step",
+            position,
+            loss=loss,
+            lr=lr,
+            tokens=tokens,
+            seconds=seconds,
+        )
+        if self.bar is not None:
+            tok_s = tokens / seconds if seconds > 0 else 0.0
+            self.bar.set_postfix(
+                loss=f"{loss:.3f}",
+                tok_s=f"{tok_s:,.0f}",
+                lr=f"{lr:.2e}",
+                refresh=False,
+            )
+            self.bar.update(1)
+
+    def __enter__(self) -> Report:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Evaluation:
+    """The mean loss on ``val_batches`` and ``eval_fn(model)``, every ``eval_every`` steps or
+    at every epoch's end; each evaluation goes into the history and to the hook."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        val_batches: Sequence[Batch] | None,
+        eval_fn: Callable[[nn.Module], dict[str, float]] | None,
+        eval_every: int | None,
+        amp_dtype: torch.dtype | None,
+        device: torch.device,
+        report: Report,
+    ) -> None:
+        self.model, self.eval_fn, self.eval_every = (
+            model,
+            eval_fn,
+            eval_every,
+        )
+        self.val_batches = (
+            None
+            if val_batches is None
+            else [b.to(device) for b in val_batches]
+        )
+        self.amp_dtype, self.report = amp_dtype, report
+        self.enabled = eval_fn is not None or val_batches is not None
+
+    def every_steps(self, position: Position) -> None:
+        every = self.eval_every
+        if self.enabled and every is not None and position.step % every == 0:
+            self(position, epoch_done=False)
+
+    def at_epoch_end(self, position: Position, epoch_done: bool) -> None:
+        if self.enabled and self.eval_every is None:
+            self(position, epoch_done)
+
+    def __call__(self, position: Position, epoch_done: bool) -> None:
         metrics: dict[str, Any] = {}
-        if val_batches is not None:
-            val_loss = mean_loss(model, val_batches, amp_dtype)
+        if self.val_batches is not None:
+            val_loss = mean_loss(
+                self.model, self.val_batches, self.amp_dtype
+            )
             metrics |= {
                 "val_loss": val_loss,
                 "val_ppl": math.exp(min(val_loss, 50.0)),
                 "epoch_done": epoch_done,
             }
-        if eval_fn is not None:
-            was_training = model.training
-            model.eval()
+        if self.eval_fn is not None:
+            was_training = self.model.training
+            self.model.eval()
             with torch.no_grad():
-                metrics |= dict(eval_fn(model))
-            model.train(was_training)
-        history.evals.append({"step": step, "epoch": epoch, **metrics})
-        tell("eval", metrics=metrics)
-
-    agreed_stop = False  # under torchrun: the stop event as the ranks agreed after the last step
-
-    def stopping() -> bool:
-        reached = max_steps is not None and step >= max_steps
-        asked = (
-            agreed_stop if world > 1 else stop is not None and stop.is_set()
+                metrics |= dict(self.eval_fn(self.model))
+            self.model.train(was_training)
+        position.history.evals.append(
+            {"step": position.step, "epoch": position.epoch, **metrics}
         )
-        return reached or asked
+        self.report.tell("eval", position, metrics=metrics)
 
-    # under torchrun: DDP, which averages the gradients over the ranks; ``model`` is saved and evaluated
-    net = distributed.wrap(model)
-    bar = _progress_bar(batches, epochs, step, max_steps, enabled=progress)
-    model.train()
-    epoch, batches_done = start_epoch, skip
-    try:
-        for epoch in range(start_epoch, epochs):
-            if stopping():
-                break
-            # the RNG that any shuffling inside iter() draws from
-            epoch_rng = rng_state()
-            iterator: Iterator = iter(_epoch_batches(batches, epoch))
-            batches_done = 0
-            for _ in range(skip):  # resuming mid-epoch: the batches consumed
-                if next(iterator, None) is None:
-                    raise ValueError(
-                        f"cannot resume: the checkpoint had done {skip} "
-                        f"batches of epoch {epoch}, but it has fewer; "
-                        "the batches differ from the run's"
-                    )
-            batches_done, skip = skip, 0
-            if resume_rng is not None:  # ... then the RNG state at the save
-                set_rng_state(resume_rng)
-                resume_rng = None
 
-            for item in iterator:
-                batch = _as_batch(item, pad_id, bos_id).to(
-                    device, non_blocking=True
-                )
-                start = time.perf_counter()
-                lr = optimizer.param_groups[0]["lr"]
-                weight, tokens = distributed.token_weight(batch.n_tokens)
-                try:
-                    loss = train_step(
-                        net,
-                        batch,
-                        optimizer,
-                        loss_fn,
-                        scheduler,
-                        clip_norm,
-                        amp_dtype,
-                        scaler=scaler,
-                        loss_weight=weight,
-                    )
-                except FloatingPointError as err:
-                    raise FloatingPointError(
-                        f"{err} at step {step + 1} (epoch {epoch}, "
-                        f"batch {batches_done + 1}); stopping. Try a lower "
-                        "learning rate, a longer warmup, or check the batch "
-                        "for bad targets"
-                    ) from None
-                loss_value = loss.item()
-                step, batches_done = step + 1, batches_done + 1
-                timed_out = (
-                    checkpoint_minutes is not None
-                    and time.monotonic() - last_save
-                    >= 60 * checkpoint_minutes
-                )
-                # under torchrun: the global batch's loss; stop and save on all ranks or none
-                if world > 1:
-                    loss_value, agreed_stop, timed_out = _agree(
-                        loss_value, stop, timed_out
-                    )
-                seconds = time.perf_counter() - start
+class Checkpoints:
+    """Saves the run into ``path`` (each save replaces the last): every ``every`` steps, every
+    ``minutes``, and whenever ``fit`` asks. Under torchrun rank 0 writes, with every rank's RNG."""
 
-                history.record(step, epoch, loss_value, lr, tokens, seconds)
-                tell(
-                    "step",
-                    loss=loss_value,
-                    lr=lr,
-                    tokens=tokens,
-                    seconds=seconds,
-                )
-                if bar is not None:
-                    tok_s = tokens / seconds if seconds > 0 else 0.0
-                    bar.set_postfix(
-                        loss=f"{loss_value:.3f}",
-                        tok_s=f"{tok_s:,.0f}",
-                        lr=f"{lr:.2e}",
-                        refresh=False,
-                    )
-                    bar.update(1)
-                if (
-                    evaluating
-                    and eval_every is not None
-                    and step % eval_every == 0
-                ):
-                    evaluate(epoch, epoch_done=False)
-                if stopping():
-                    break
-                if timed_out or (
-                    checkpoint_every is not None
-                    and step % checkpoint_every == 0
-                ):
-                    save(epoch, batches_done, epoch_rng)
+    def __init__(
+        self,
+        path: str | os.PathLike | None,
+        every: int | None,
+        minutes: float | None,
+        extra: dict[str, Any] | None,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+        scaler: torch.amp.GradScaler | None,
+        report: Report,
+    ) -> None:
+        self.path, self.every, self.minutes = path, every, minutes
+        self.extra = extra or {}
+        self.model, self.optimizer = model, optimizer
+        self.scheduler, self.scaler = scheduler, scaler
+        self.report = report
+        self.last_save = time.monotonic()
 
-            if batches_done == 0:
-                raise ValueError(
-                    f"fit: epoch {epoch} yielded no batches; "
-                    "expected at least one Batch per epoch"
-                )
-            if (
-                stopping()
-            ):  # stopped inside the epoch: save first, so that the
-                save(
-                    epoch, batches_done, epoch_rng
-                )  # evaluation's RNG use is not in it
-                interrupted = stop is not None and stop.is_set()
-                if evaluating and eval_every is None and not interrupted:
-                    evaluate(epoch, epoch_done=False)
-                break
-            tell("epoch_end")
-            if evaluating and eval_every is None:
-                evaluate(epoch, epoch_done=True)
-            save(epoch + 1, 0, rng_state())  # a resume starts the next epoch
-    finally:
-        if bar is not None:
-            bar.close()
-    return history
+    def due(self, step: int) -> bool:
+        """Is a save due after this step (by the step count or the clock)?"""
+        if self.every is not None and step % self.every == 0:
+            return True
+        return (
+            self.minutes is not None
+            and time.monotonic() - self.last_save >= 60 * self.minutes
+        )
+
+    def save(self, position: Position, epoch_end: bool = False) -> None:
+        """Save where training stands; at an epoch's end, as the start of the next epoch."""
+        if self.path is None:
+            return
+        epoch, batches_done, epoch_rng = (
+            (position.epoch + 1, 0, rng_state())
+            if epoch_end
+            else (position.epoch, position.batches_done, position.epoch_rng)
+        )
+        extra = {
+            **self.extra,
+            "batches_done": batches_done,
+            "epoch_rng": epoch_rng,
+            "history": position.history.state_dict(),
+        }
+        world = distributed.world_size()
+        if world > 1:  # every rank's random state; rank 0 writes
+            extra["world_size"] = world
+            extra["rank_rng"] = distributed.gather_object(
+                (rng_state(), epoch_rng)
+            )
+            if not distributed.is_main():
+                return
+        data = checkpoint_bytes(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            position.step,
+            epoch,
+            extra,
+            self.scaler,
+        )
+        with AtomicWriter(self.path) as writer:
+            writer.write(data)
+            # written, not yet renamed into place
+            self.report.tell("saving", position, saved=writer.finish())
+        self.last_save = time.monotonic()
+        self.report.tell("checkpoint", position, saved=writer.written)
 
 
 def _agree(
