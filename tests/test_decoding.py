@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from aiayn.attention import KVCache
 from aiayn.batches import copy_task_batches
 from aiayn.decoding import (
     BeamSearchOutput,
@@ -702,3 +703,24 @@ def test_decode_sorted_same_with_and_without_pruning(copy_model):
         assert decode_sorted(copy_model, sources, BOS, EOS, **settings) == decode_sorted(
             copy_model, sources, BOS, EOS, prune=False, **settings
         )
+
+
+def test_a_reordered_cache_appends_into_its_free_slot_with_the_same_keys():
+    torch.manual_seed(0)
+    k0, v0 = torch.randn(4, 2, 3, 5), torch.randn(4, 2, 3, 5)  # (B, h, L, d)
+    k1, v1 = torch.randn(3, 2, 1, 5), torch.randn(3, 2, 1, 5)
+    k2, v2 = torch.randn(3, 2, 2, 5), torch.randn(3, 2, 2, 5)
+    beams, drop = torch.tensor([1, 1, 0, 3]), torch.tensor([0, 2, 3])
+    cache = KVCache()
+    cache.update(k0, v0)
+    cache.reorder(beams)  # the surviving beams
+    cache.keep_rows(drop)  # then a finished sentence leaves
+    assert len(cache) == 3 and cache.k.shape == (3, 2, 4, 5)  # one free slot
+    k, v = cache.update(k1, v1)  # written into the free slot
+    rows = beams[drop]
+    assert torch.equal(k, torch.cat([k0[rows], k1], dim=2))
+    assert torch.equal(v, torch.cat([v0[rows], v1], dim=2))
+    k, v = cache.update(k2, v2)  # no free slot: appended
+    assert len(cache) == 6
+    assert torch.equal(k, torch.cat([k0[rows], k1, k2], dim=2))
+    assert torch.equal(v, torch.cat([v0[rows], v1, v2], dim=2))

@@ -12,10 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn import translation
 from aiayn.cli import UsageError
-from aiayn.decoding import greedy_decode
+from aiayn.decoding import (
+    beam_search,
+    decode_sorted,
+    greedy_decode,
+    onednn_available,
+    onednn_linear,
+)
 from aiayn.evaluate import _parser
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
@@ -180,3 +187,76 @@ def test_evaluate_cli_takes_the_options():
     assert (args.quantize, args.amp) == ("int8", "bf16")
     with pytest.raises(UsageError, match="--quantize: invalid choice: 'int4'"):
         _parser().parse_args(["run", "--quantize", "int4"])
+
+
+# --- oneDNN products ----------------------------------------------------------------------------
+
+needs_onednn = pytest.mark.skipif(
+    not onednn_available(), reason="oneDNN products need an x86 CPU with AVX"
+)
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_linear_equals_f_linear_up_to_rounding(bias):
+    torch.manual_seed(0)
+    layer = nn.Linear(16, 24, bias=bias)
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        expected = layer(x)
+        with onednn_linear() as mode:
+            got = layer(x)
+            strided = layer(x.transpose(0, 1))  # a non-contiguous input
+    assert mode.packed  # the product went through oneDNN
+    assert got.shape == expected.shape == (3, 5, 24)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(strided, expected.transpose(0, 1))
+
+
+@needs_onednn
+def test_onednn_linear_leaves_gradients_and_other_dtypes_to_pytorch():
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 4)
+    x = torch.randn(2, 8)
+    with onednn_linear() as mode:
+        y = layer(x)  # gradients on: PyTorch's product, exactly
+        y.sum().backward()
+        with torch.no_grad():
+            double = layer.double()(x.double())
+    assert mode.packed == {}
+    assert torch.equal(
+        y,
+        torch.nn.functional.linear(
+            x, layer.weight.float(), layer.bias.float()
+        ),
+    )
+    assert double.dtype == torch.float64 and layer.weight.grad is not None
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_decoding_same_tokens_with_and_without_onednn(beam_size):
+    model = tiny_model()
+    torch.manual_seed(1)
+    sources = [
+        torch.randint(3, 12, (n,)).tolist() for n in (3, 7, 5, 9, 1, 6)
+    ]
+    runs = {
+        onednn: decode_sorted(
+            model, sources, 1, 2, beam_size, batch_size=4, onednn=onednn
+        )
+        for onednn in (True, False)
+    }
+    assert runs[True] == runs[False]
+
+
+def test_flops_are_counted_alike_with_and_without_onednn():
+    model = tiny_model()
+    src = torch.randint(
+        3, 12, (5, 7), generator=torch.Generator().manual_seed(0)
+    )
+    flops = {}
+    for onednn in (True, False):
+        with FlopCounterMode(display=False) as counter:
+            beam_search(model, src, None, 10, 1, 2, onednn=onednn)
+        flops[onednn] = counter.get_total_flops()
+    assert flops[True] == flops[False] > 0

@@ -4,7 +4,8 @@ Translates the first N sentences of a Multi30k split with the published model (b
 thread) with today's default (float32, finished sentences dropped from the batch) or with one
 option: ``--quantize int8`` (an int8 copy of the model), ``--amp bf16`` (bfloat16 autocast, on a
 CPU with native bfloat16), ``--no-prune`` (the old loop, every row computed until its batch's
-last sentence ends). It prints the sentences per second of the translation alone.
+last sentence ends), ``--no-onednn`` (PyTorch's own MKL products instead of oneDNN's). It
+prints the sentences per second of the translation alone.
 ``--compare`` translates with float32 and with the option in one process and prints sacreBLEU
 for both and the share of identical outputs.
 
@@ -14,10 +15,18 @@ Run from the repository root (the data and the published run are read, never wri
     .venv/bin/python tools/measure_decoding.py --sentences 300 --quantize int8
     .venv/bin/python tools/measure_decoding.py --sentences 300 --amp bf16
     .venv/bin/python tools/measure_decoding.py --split val --all --quantize int8 --compare
+    .venv/bin/python tools/measure_decoding.py --split val --all --no-onednn --compare
 
 To compare two settings' speed, time whole runs of each in turn (A B A B ...), so that a machine
 whose speed drifts slows both alike; loading the model is in both, so the ratio understates the
-gain. The sentences per second each run prints leave the loading out.
+gain. The sentences per second each run prints leave the loading out. Issue 22 compared today's
+default with the tree of commit 32aae51 (before the oneDNN products, the explicit one-query
+attention and the cache's free slot), all 1,000 test sentences, one thread, in turn::
+
+    mkdir -p /tmp/old22 && git archive 32aae51 src | tar -x -C /tmp/old22
+    OMP_NUM_THREADS=1 .venv/bin/python tools/measure_decoding.py --all                # A
+    OMP_NUM_THREADS=1 PYTHONPATH=/tmp/old22/src \
+        .venv/bin/python tools/measure_decoding.py --all                              # B
 """
 
 from __future__ import annotations
@@ -59,6 +68,12 @@ def main() -> None:
         default=True,
         help="drop finished sentences from the batch (--no-prune: the old loop)",
     )
+    parser.add_argument(
+        "--onednn",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="oneDNN's float32 products (--no-onednn: PyTorch's own, MKL)",
+    )
     parser.add_argument("--quantize", choices=["int8"], default=None)
     parser.add_argument("--amp", choices=sorted(AMP), default=None)
     parser.add_argument(
@@ -83,6 +98,8 @@ def main() -> None:
         quantize=args.quantize,
         amp_dtype=AMP.get(args.amp),
     )
+    if not args.onednn:  # only then: a tree from before the option runs too
+        option["onednn"] = False
     settings = {"option": option}
     if args.compare:
         settings["float32"] = dict(beam=args.beam)

@@ -234,28 +234,50 @@ class KVCache:
     (``static=True``): the keys and values of the encoder output are computed at the first call
     and reused at every later one.
 
+    Copies are what a cache costs. Appending with ``torch.cat`` copies every position held, and
+    so does keeping the rows of the surviving beams (``reorder``). So ``reorder`` copies the rows
+    into tensors one position longer, and the next ``update`` writes its position into that free
+    slot instead of copying everything a second time.
+
     Args:
         static: ``True`` for cross-attention.
     """
 
     def __init__(self, static: bool = False):
         self.static = static
-        self.k: torch.Tensor | None = None  # (B, h, L, d_k)
-        self.v: torch.Tensor | None = None  # (B, h, L, d_v)
+        self.k: torch.Tensor | None = (
+            None  # (B, h, L, d_k), maybe one free slot after
+        )
+        self.v: torch.Tensor | None = None  # (B, h, L, d_v), the same
+        self.length = 0  # L, the positions held
 
     def __len__(self) -> int:
         """Number of positions held."""
-        return 0 if self.k is None else self.k.size(2)
+        return self.length
 
     def update(
         self, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append (or, when static, store) ``(B, h, n, d_k)`` keys and values; return all held."""
-        if self.k is None or self.static:
+        L, n = self.length, k.size(2)
+        if (
+            self.static
+        ):  # stored contiguous: every later step reads them whole
+            self.k, self.v = k.contiguous(), v.contiguous()
+            L = 0
+        elif self.k is None:
             self.k, self.v = k, v
+        elif self.k.size(2) == L + n:  # the free slot ``reorder`` left
+            self.k[:, :, L:] = k  # (B, h, L + n, d_k)
+            self.v[:, :, L:] = v  # (B, h, L + n, d_v)
         else:
-            self.k = torch.cat([self.k, k], dim=2)  # (B, h, L + n, d_k)
-            self.v = torch.cat([self.v, v], dim=2)  # (B, h, L + n, d_v)
+            self.k = torch.cat(
+                [self.k[:, :, :L], k], dim=2
+            )  # (B, h, L + n, d_k)
+            self.v = torch.cat(
+                [self.v[:, :, :L], v], dim=2
+            )  # (B, h, L + n, d_v)
+        self.length = L + n
         return self.k, self.v
 
     def reorder(self, index: torch.Tensor) -> None:
@@ -270,11 +292,31 @@ class KVCache:
     def keep_rows(self, index: torch.Tensor) -> None:
         """Keep the rows ``index`` ``(B',)`` of the batch, static or not.
 
-        Decoding calls this to drop the sentences that have finished.
+        Decoding calls this to drop the sentences that have finished. A self-attention cache
+        is copied with one free position after the L it holds, for the next ``update``.
         """
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)  # (B', h, L, d_k)
-            self.v = self.v.index_select(0, index)  # (B', h, L, d_v)
+        if self.k is None:
+            return
+        if self.static:
+            self.k = self.k.index_select(0, index)  # (B', h, S, d_k)
+            self.v = self.v.index_select(0, index)  # (B', h, S, d_v)
+            return
+        self.k = _rows_and_a_free_slot(self.k[:, :, : self.length], index)
+        self.v = _rows_and_a_free_slot(self.v[:, :, : self.length], index)
+
+
+def _rows_and_a_free_slot(
+    x: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
+    """``x.index_select(0, index)`` for ``x`` ``(B, h, L, d)``, one position longer.
+
+    Returns:
+        ``(B', h, L + 1, d)``; the last position is left unwritten, for the next step.
+    """
+    _, h, L, d = x.shape
+    out = x.new_empty(index.size(0), h, L + 1, d)  # (B', h, L + 1, d)
+    torch.index_select(x, 0, index, out=out[:, :, :L])  # one copy
+    return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -383,7 +425,10 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._fast_projections(query, key, value, cache)
         else:
             q, k, v = self._projections(query, key, value)
-        if self.use_fused:
+        # one new query per row, decoding step by step: the explicit product is
+        # faster there than the fused kernel, which is built for long queries
+        one_step = cache is not None and L_q == 1
+        if self.use_fused and not one_step:
             p = self.dropout.p if self.training else 0.0
             heads = _fused_attention(q, k, v, mask, p, self.temperature)
             self.attn = None
