@@ -1,4 +1,4 @@
-"""aiayn.bench: every contender on the same batches, warm-up apart from the steady state, ops per step."""
+"""aiayn.bench: every contender on the same batches, warm-up apart, interleaved timed rounds, ops per step."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ from aiayn.bench import (
     compile_note,
     count_step_ops,
     multi30k_batches,
+    pass_order,
+    ratio_summary,
     run_bench,
     synthetic_batches,
+    timed_rounds,
 )
 from aiayn.data import PAD, SHA256, DatasetUnavailable
 from aiayn.layers import set_fast
@@ -41,14 +44,20 @@ def tiny_model() -> Transformer:
 
 
 def _spy_on_batches(monkeypatch) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The batches of every contender's warm-up and of every timed pass."""
     seen = []
-    passes = bench._train_passes
+    warm_up, timed_pass = bench._warm_up, bench._timed_pass
 
-    def spy(model, batches, *args):
+    def spy_warm_up(step, batches, *args):
         seen.append([(b.src, b.tgt_out) for b in batches])
-        return passes(model, batches, *args)
+        return warm_up(step, batches, *args)
 
-    monkeypatch.setattr(bench, "_train_passes", spy)
+    def spy_timed_pass(step, batches, *args):
+        seen.append([(b.src, b.tgt_out) for b in batches])
+        return timed_pass(step, batches, *args)
+
+    monkeypatch.setattr(bench, "_warm_up", spy_warm_up)
+    monkeypatch.setattr(bench, "_timed_pass", spy_timed_pass)
     return seen
 
 
@@ -60,8 +69,8 @@ def _same_tensors(seen) -> bool:
 def test_every_eager_contender_trains_on_the_same_batches(monkeypatch):
     seen = _spy_on_batches(monkeypatch)
     eager = [c for c in ALL_CONTENDERS if "compiled" not in c]
-    rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=eager)
-    assert [r["name"] for r in rows] == eager and len(seen) == len(eager)
+    rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=eager, rounds=2)
+    assert [r["name"] for r in rows] == eager and len(seen) == len(eager) * (1 + 2)  # warm-up, 2 rounds
     assert _same_tensors(seen)  # the very same tensors, not equal copies
     assert len({r["params"] for r in rows}) == 1
     shapes = len({(b.src.shape, b.tgt_in.shape) for b in synthetic_batches(2, 160, 8, 60)})
@@ -76,7 +85,7 @@ def test_compiled_contenders_train_on_the_same_batches(monkeypatch):
     seen = _spy_on_batches(monkeypatch)
     names = ["ours (set_fast)", "ours (set_fast, compiled)", "nn.Transformer (compiled)"]
     rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=names,
-                     compile_backend="eager")  # fmt: skip
+                     compile_backend="eager", rounds=2)  # fmt: skip
     assert [r["name"] for r in rows] == names and _same_tensors(seen)
     assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], abs=1e-4)  # compiled: the same numbers
     assert rows[0]["ops_per_step"] > 0
@@ -102,7 +111,8 @@ class _SlowFirstShape(nn.Module):
 def test_warm_up_is_reported_apart_from_the_steady_state(monkeypatch):
     make = bench._contender
     monkeypatch.setattr(bench, "_contender", lambda *args: _SlowFirstShape(make(*args), 0.1))
-    (row,) = run_bench("cpu", **TINY, steps=4, warmup=2, data="synthetic", contenders=["ours (fused)"], ops=False)
+    (row,) = run_bench("cpu", **TINY, steps=4, warmup=2, data="synthetic", contenders=["ours (fused)"], ops=False,
+                       rounds=2)  # fmt: skip
     shapes = len({(b.src.shape, b.tgt_in.shape) for b in synthetic_batches(4, 160, 8, 60)})
     assert row["first_shape_steps"] == row["shapes"] == shapes > 1  # one per new shape, none in pass two
     assert row["first_shape_ms"] >= 100  # the delay is in the warm-up ...
@@ -113,9 +123,66 @@ def test_warm_up_is_reported_apart_from_the_steady_state(monkeypatch):
         sum(b.n_tokens for b in synthetic_batches(4, 160, 8, 60)) / (row["step_ms"] * 4 / 1000)
     )
 
-    (cold,) = run_bench("cpu", **TINY, steps=2, warmup=0, data="synthetic", contenders=["ours (fused)"], ops=False)
+    (cold,) = run_bench("cpu", **TINY, steps=2, warmup=0, data="synthetic", contenders=["ours (fused)"], ops=False,
+                        rounds=2)  # fmt: skip
     assert cold["first_shape_steps"] == 0 and cold["first_shape_ms"] is None and cold["warmup_extra_s"] is None
-    assert cold["step_ms"] * 2 >= 100  # no warm-up pass: the steady pass pays for the new shape
+    assert cold["round_ms"][0] * 2 >= 100  # no warm-up pass: the first round pays for the new shape
+
+
+def test_rounds_rotate_so_every_contender_takes_every_place():
+    assert [pass_order(3, r) for r in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+    for place in range(3):  # over 3 rounds, each contender is once first, once second, once last
+        assert sorted(pass_order(3, r)[place] for r in range(3)) == [0, 1, 2]
+
+
+def test_timed_rounds_finish_one_round_before_the_next_begins():
+    calls = []
+
+    def fake_pass(c: int, r: int) -> float:  # a probe: records the order, returns known times
+        calls.append((c, r))
+        return 10.0 * c + r
+
+    times = timed_rounds(fake_pass, 3, 2)
+    assert calls == [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (0, 1)]
+    assert times == [[0.0, 1.0], [10.0, 11.0], [20.0, 21.0]]
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        timed_rounds(fake_pass, 3, 0)
+
+
+def test_the_speed_is_the_median_of_per_round_ratios_not_the_ratio_of_medians():
+    times = {"base": [1.0, 3.0, 10.0], "other": [2.0, 1.0, 20.0], "same": [1.0, 3.0, 10.0]}
+    summary = ratio_summary(times)
+    assert summary["base"] == (1.0, 1.0, 1.0)
+    assert summary["other"] == (0.5, 0.5, 3.0)  # per round 0.5, 3, 0.5; the medians' ratio would be 1.5
+    assert summary["same"] == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="expected 3 round times .* for 'short', as for 'base', got 2"):
+        ratio_summary({"base": [1.0, 2.0, 3.0], "short": [1.0, 2.0]})
+
+
+def test_run_bench_interleaves_the_passes_and_each_contender_keeps_its_own_state(monkeypatch):
+    order, trainers = [], {}
+    timed_pass = bench._timed_pass
+
+    def probe(step, batches, device):
+        order.append(step.name)
+        trainers[step.name] = step
+        return timed_pass(step, batches, device)
+
+    monkeypatch.setattr(bench, "_timed_pass", probe)
+    names = ["ours (explicit)", "ours (fused)", "ours (set_fast)"]
+    rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=names, ops=False, rounds=3)
+    assert order == [names[c] for r in range(3) for c in pass_order(3, r)]  # round by round, rotating
+    assert len({id(t.model) for t in trainers.values()}) == len({id(t.optimizer) for t in trainers.values()}) == 3
+    for t in trainers.values():  # every contender: its own Adam, one step per batch of each pass
+        assert all(int(state["step"]) == (1 + 3) * 2 for state in t.optimizer.state.values())
+    assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], abs=1e-4)  # pass r: the same dropout draws for all
+    for r in rows:  # the speed is the median of the per-round ratios of the passes just timed
+        ratios = [b / t for b, t in zip(rows[0]["round_ms"], r["round_ms"], strict=True)]
+        assert r["rounds"] == 3 and len(r["round_ms"]) == 3
+        assert r["speed"] == pytest.approx(sorted(ratios)[1])
+        assert (r["speed_min"], r["speed_max"]) == pytest.approx((min(ratios), max(ratios)))
+        assert r["step_ms"] == pytest.approx(sorted(r["round_ms"])[1])
+    assert rows[0]["speed"] == 1.0
 
 
 def test_op_counts_are_positive_and_the_fast_path_dispatches_fewer():
@@ -133,6 +200,20 @@ def test_op_counts_are_positive_and_the_fast_path_dispatches_fewer():
     assert fast["forward + loss"] < explicit["forward + loss"]
     assert fast["total"] < explicit["total"]
     assert len(fast["top"]) == 3 and all(n > 0 for _, n in fast["top"])
+
+
+def test_op_counts_do_not_depend_on_the_widths_or_the_batch_and_float16_counts_the_scaler():
+    model = tiny_model()
+    small = synthetic_batches(1, 200, 8, 60, seed=1)[0]
+    large = synthetic_batches(1, 600, 20, 60, seed=2)[0]
+    assert small.src.shape != large.src.shape
+    assert count_step_ops(model, small) == count_step_ops(model, large)
+    torch.manual_seed(0)
+    wide = Transformer(TransformerConfig(90, 90, d_model=32, d_ff=64, h=2, N=2, dropout=0.1, pad_id=PAD))
+    assert count_step_ops(wide, small)["total"] == count_step_ops(model, small)["total"]
+    bf16 = count_step_ops(model, small, torch.bfloat16)
+    fp16 = count_step_ops(model, small, torch.float16)  # scale, unscale, skip check, update
+    assert fp16["clip + Adam"] > bf16["clip + Adam"] and fp16["forward + loss"] == bf16["forward + loss"]
 
 
 def test_measure_tool_uses_the_packages_counter():
@@ -167,7 +248,7 @@ def test_bench_command_prints_the_table_and_writes_json(tmp_path, capsys):
     argv = ["--device", "cpu", "--d-model", "16", "--d-ff", "32", "--heads", "2", "--layers", "1", "--vocab", "60"]
     rows = bench.main(
         [*argv, "--max-tokens", "160", "--seq-len", "8", "--steps", "2", "--warmup", "1", "--data", "synthetic",
-         "--contenders", *CONTENDERS, "--json", str(path)]
+         "--rounds", "2", "--contenders", *CONTENDERS, "--json", str(path)]
     )  # fmt: skip
     assert [r["name"] for r in rows] == list(CONTENDERS)
     assert all(r["tokens_per_s"] > 0 and r["tflops"] > 0 and r["mfu"] is None for r in rows)
@@ -175,9 +256,11 @@ def test_bench_command_prints_the_table_and_writes_json(tmp_path, capsys):
     assert json.loads(path.read_text()) == rows
     printed = capsys.readouterr().out
     assert "| ours (fused) |" in printed and "batches: synthetic" in printed and "n/a" in printed
+    assert "then 2 rounds of one pass per contender" in printed and "| 1 (baseline) |" in printed
+    assert all(r["rounds"] == 2 for r in rows)
 
     (row,) = run_bench("cpu", 32, 64, 4, 1, 100, 256, 8, steps=1, warmup=0, peak=1.0, contenders=["ours (fused)"],
-                       data="synthetic", ops=False)  # fmt: skip
+                       data="synthetic", ops=False, rounds=1)  # fmt: skip
     assert row["mfu"] == pytest.approx(row["tflops"] / 1.0)
 
 
@@ -195,6 +278,8 @@ def test_bench_rejects_unknown_contenders_and_data():
         run_bench("cpu", contenders=["mine"])
     with pytest.raises(ValueError, match="data must be 'auto', 'multi30k' or 'synthetic', got 'wiki'"):
         run_bench("cpu", data="wiki")
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        run_bench("cpu", steps=1, data="synthetic", rounds=0)
     with pytest.raises(ValueError, match=r"compile_backend must be one of \[.*'eager'.*\], got 'nope'"):
         run_bench("cpu", contenders=["nn.Transformer (compiled)"], compile_backend="nope")
 

@@ -260,27 +260,95 @@ def test_presets_and_their_errors():
     assert TrainConfig.from_dict(json.loads(json.dumps(SMOKE.to_dict()))) == SMOKE
 
 
-def test_t4_preset_is_estimated_to_train_within_15_minutes(monkeypatch):
+def _terms_add_up(e) -> None:
+    step_ms = e.ops_per_step * e.per_op_us / 1e3 + 1e3 * e.tflop_per_step / e.achievable_tflops + e.allreduce_ms
+    assert e.host_min + e.arithmetic_min + e.allreduce_min == pytest.approx(e.steps * step_ms / 60e3)
+    assert e.minutes == pytest.approx(
+        e.host_min + e.arithmetic_min + e.allreduce_min + e.first_epoch_min + e.between_min
+    )
+    assert all(len(line) <= 77 for line in e.lines) and "not measured" in str(e)
+
+
+def test_t4_estimate_prints_its_terms_and_two_t4s_take_fewer_minutes(monkeypatch):
     t4 = PRESETS["multi30k-t4"]
-    estimate = estimate_minutes(t4, "Tesla T4")
-    assert estimate.device == "T4" and estimate.minutes <= 15
-    # the three scalings of the same measured time differ by the data-sheet ratios
-    assert estimate.compute_min / estimate.bandwidth_min == pytest.approx((989 / 65) / (3.35 / 0.32))
-    assert estimate.launch_min < estimate.bandwidth_min < estimate.compute_min
-    assert estimate.minutes == pytest.approx(estimate.compute_min + estimate.overhead_min)
-    assert all(len(line) <= 77 for line in estimate.lines) and "estimate" in str(estimate)
+    one, two = (estimate_minutes(t4, "Tesla T4", gpus=n) for n in (1, 2))
+    for e in (one, two):
+        _terms_add_up(e)
+        assert e.device == "T4" and e.ops_per_step == 2157 and "count_step_ops of multi30k-t4 on the H100" in str(e)
+    assert one.gpus == 1 and one.allreduce_ms == one.allreduce_min == 0 and "all-reduce" not in str(one)
+    # two GPUs: half the steps each (the epoch's batches are sharded), the same host cost and FLOPs a
+    # step, and an all-reduce of the float32 gradients over PCIe 3.0 (16 GB/s each way) every step
+    assert two.steps == pytest.approx(one.steps / 2)
+    for term in ("ops_per_step", "per_op_us", "tflop_per_step"):
+        assert getattr(two, term) == getattr(one, term)
+    params = sum(p.numel() for p in Transformer(t4.model).parameters())
+    assert two.allreduce_ms == pytest.approx(4 * params / 16e9 * 1e3)  # ring of 2: 2 · (1/2) · bytes
+    assert "all-reduce" in str(two) and "2 x T4" in str(two)
+    minutes = [estimate_minutes(t4, "Tesla T4", gpus=n).minutes for n in (1, 2, 4, 64)]
+    assert minutes == sorted(minutes, reverse=True)  # more GPUs, fewer minutes ...
+    many = estimate_minutes(t4, "Tesla T4", gpus=64)
+    assert many.minutes > many.between_min + many.allreduce_min  # ... never below what they cannot share
+    assert many.allreduce_ms > two.allreduce_ms  # a longer ring: 2 (N - 1) / N of the bytes
+    # a host measured slower than the H100's: the host term grows in proportion
+    slow = estimate_minutes(t4, "Tesla T4", per_op_us=2 * one.per_op_us)
+    assert slow.host_min == pytest.approx(2 * one.host_min) and "as you measured" in str(slow)
     # on a T4 (compute capability 7.5) the preset trains in float16 with a gradient scaler
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     assert t4.amp == "auto" and amp_dtype_for(t4.amp, "cuda") is torch.float16
 
 
+def test_reference_figures_are_those_of_the_published_run():
+    """The constants the estimate starts from, recomputed from the run's summary.json and metrics.jsonl."""
+    from aiayn import presets
+
+    summary = json.loads((PUBLISHED / "summary.json").read_text())
+    steps = [json.loads(line) for line in (PUBLISHED / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if r["event"] == "step"]
+    ref = presets._REFERENCE
+    assert (ref["steps"], ref["epochs"]) == (summary["steps"], summary["epochs_done"]) == (len(steps), 40)
+    assert (ref["train_s"], ref["wall_s"]) == pytest.approx((summary["train_s"], summary["wall_s"]), abs=0.05)
+    first = [r["seconds"] for r in steps if r["epoch"] == 0]
+    rest = [r["seconds"] for r in steps if r["epoch"] > 0]
+    assert (len(first), ref["steady_steps"]) == (117, len(rest))
+    assert (ref["first_epoch_s"], ref["steady_s"]) == pytest.approx((sum(first), sum(rest)), abs=0.05)
+    assert ref["tgt_tokens"] * ref["epochs"] == sum(r["tokens"] for r in steps)
+
+
 def test_time_estimate_reproduces_the_measured_h100_run():
+    """The per-op cost derived from the H100 run, put back into the model, gives the run's times."""
     summary = json.loads((PUBLISHED / "summary.json").read_text())
     estimate = estimate_minutes(PRESETS["multi30k"], summary["device_name"])
-    assert estimate.compute_min == estimate.bandwidth_min == pytest.approx(estimate.launch_min)
-    assert 60 * estimate.minutes == pytest.approx(summary["wall_s"], rel=0.01)
+    _terms_add_up(estimate)
+    assert estimate.steps == pytest.approx(summary["steps"])
+    steps_s = 60 * (estimate.host_min + estimate.arithmetic_min + estimate.first_epoch_min)
+    assert steps_s == pytest.approx(summary["train_s"], rel=0.02)
+    assert 60 * estimate.minutes == pytest.approx(summary["wall_s"], rel=0.02)
+    assert estimate.arithmetic_min < 0.1 * estimate.host_min  # a step is mostly host time
     with pytest.raises(ValueError, match="no data-sheet figures for 'Radeon 7900'; known: H100, A100, L4, T4"):
         estimate_minutes(PRESETS["multi30k"], "Radeon 7900")
+    with pytest.raises(ValueError, match="gpus must be an integer >= 1, got 0"):
+        estimate_minutes(PRESETS["multi30k"], "H100", gpus=0)
+    with pytest.raises(ValueError, match=r"GPU_SPECS holds the T4's fp16 peak, but cfg.amp='bf16' trains in bf16"):
+        estimate_minutes(PRESETS["multi30k"].with_changes(amp="bf16"), "Tesla T4")
+
+
+def test_other_models_count_their_ops_on_the_cpu_and_say_so():
+    smoke = get_preset("multi30k-smoke", amp="bf16")
+    estimate = estimate_minutes(smoke, "NVIDIA L4")
+    _terms_add_up(estimate)
+    assert "count_step_ops on the CPU" in str(estimate) and estimate.ops_per_step > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_op_counts_of_the_presets_are_what_count_step_ops_gives_there():
+    from aiayn import presets
+
+    for (name, amp), n in presets._CUDA_OPS_PER_STEP.items():
+        torch.manual_seed(0)
+        model = Transformer(PRESETS[name].model).cuda()
+        batch = bench.synthetic_batches(1, 8192, 16, 8000, device="cuda")[0]
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+        assert bench.count_step_ops(model, batch, dtype)["total"] == n, name
 
 
 def test_flat_config_of_older_run_folders_is_read():

@@ -2,7 +2,7 @@
 
     python -m aiayn.bench                       # multi30k sizes on CUDA, a tiny model on CPU
     python -m aiayn.bench --steps 40 --max-tokens 8192 --json bench.json
-    python -m aiayn.bench --contenders "ours (explicit)" "ours (set_fast)" --ops
+    python -m aiayn.bench --contenders "ours (explicit)" "ours (set_fast)" --rounds 9
 
 Every contender runs the same training loop (``training.train_step``: autocast on CUDA, Adam,
 clipping) on the same batches, from the same weights, with the same dropout draws:
@@ -27,19 +27,37 @@ cached) and grouped by ``data.make_batches`` within ``max_tokens``, as training 
 batch has its own shape. When the data cannot be found (or with ``data="synthetic"``), random
 pairs of ``seq_len / 2 .. seq_len`` tokens stand in, and every row says ``data: synthetic``.
 
-**Warm-up and steady state.** ``warmup`` passes over the batches come first, every step timed
-alone (the device synchronised around it). The first step of each new batch shape is the warm-up:
-kernels chosen and plans built for that shape, and for the compiled contenders the compilation
-itself. Their number, median time and the time they took beyond a steady step (``warmup_extra_s``;
-the compile time for compiled contenders) are reported apart; what ``torch.compile`` warns of
-(graph breaks: parts of the step it runs eagerly) comes in one line under the table. Then one steady pass over the same
-batches (every shape seen before) is timed as a whole, synchronised only at its start and end:
-target tokens per second, milliseconds per step, achieved TFLOP/s and MFU come from it.
+**Warm-up, then interleaved rounds.** Each contender is set up in turn (its own copy of the
+weights, its own Adam and gradient scaler) and runs ``warmup`` passes over the batches, every step
+timed alone (the device synchronised around it). The first step of each new batch shape is the
+warm-up: kernels chosen and plans built for that shape, and for the compiled contenders the
+compilation itself. Their number, median time and the time they took beyond a steady step
+(``warmup_extra_s``; the compile time for compiled contenders) are reported apart; what
+``torch.compile`` warns of (graph breaks: parts of the step it runs eagerly) comes in one line under
+the table.
+
+Then the timed passes, in ``rounds`` rounds: round r runs one steady pass of every contender (each
+pass over the same batches, synchronised only at its start and end), one contender after another,
+before round r + 1 begins (``timed_rounds``). The order rotates by one place a round (``pass_order``:
+A B C, then B C A, then C A B): each contender's pass is then as often first, second or last in
+its round, so whatever one pass leaves behind for the next (caches, the allocator, a core's clock)
+does not always favour the same contender. On a shared machine the speed drifts over minutes;
+contenders timed one after another each meet another part of that drift (ratios 10-20 % off on two
+shared cores), contenders timed in the same round meet the same. Every contender's pass r starts
+from the same random seed, so all draw the same dropout masks.
+
+Per contender: the median pass over the rounds gives milliseconds per step, target tokens per
+second, achieved TFLOP/s and MFU. Its speed relative to the first contender (the baseline) is the
+median over rounds of the ratio of the two passes of one round, first ÷ this one (above 1: faster),
+with the smallest and the largest of those ratios as its spread (``ratio_summary``).
 
 **Ops per step.** ``count_step_ops`` counts the ATen operator calls of one training step (after
 one uncounted step, which creates Adam's state) with a ``TorchDispatchMode``: every call that
 reaches a kernel, on a copy of the model and the first batch. A measure of launch overhead that
-does not depend on the machine (compiled contenders: not counted, their kernels are no ATen calls).
+does not depend on the machine's speed, nor on the model's widths or the batch's shape, but on the
+kind of device: a CPU dispatches more ops for the same step (dropout as four ops, attention on its
+math path; 2,699 against 2,145 on an H100 for the ``multi30k`` model in bfloat16). Compiled
+contenders are not counted: their kernels are no ATen calls.
 
 **Model FLOPs.** ``training_flops`` counts the multiply-adds of every matrix product, twice (a multiply
 and an add) for the forward pass and three times that for forward plus backward (the backward pass
@@ -61,10 +79,12 @@ the optimizer are left out, as usual. ``tests/test_recipes.py`` checks the count
 **MFU** = achieved FLOP/s ÷ the device's peak dense bfloat16 FLOP/s, taken from ``PEAK_BF16_TFLOPS``
 by device name, or given with ``--peak-tflops``; on a CPU it is reported (n/a) only with ``--peak-tflops``.
 
-**Peak memory.** On CUDA, ``torch.cuda.max_memory_allocated`` after a reset before each contender:
-weights, Adam's states, activations and gradients. On a CPU there is no per-phase counter: the column
-shows the process's peak resident memory so far (``resource.getrusage().ru_maxrss``), which never
-decreases, so it compares contenders only when a later one needs more than every earlier one.
+**Peak memory.** On CUDA, ``torch.cuda.max_memory_allocated`` over a contender's set-up, warm-up
+and first timed pass, less what the other contenders hold (all of them stay on the device for the
+rounds): weights, Adam's states, activations and gradients. On a CPU there is no per-phase counter:
+the column shows the process's peak resident memory after the contender's warm-up
+(``resource.getrusage().ru_maxrss``), which never decreases, so it compares contenders only when a
+later one needs more than every earlier one.
 
     B  batch        S  source length        T  target length        V  vocabulary size
 """
@@ -76,11 +96,12 @@ import contextlib
 import copy
 import json
 import logging
+import math
 import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +137,7 @@ __all__ = [
     "PEAK_BF16_TFLOPS",
     "peak_tflops",
     "training_flops",
+    "matmul_tflops",
     "TorchTransformer",
     "CountOps",
     "count_step_ops",
@@ -123,6 +145,9 @@ __all__ = [
     "multi30k_batches",
     "CONTENDERS",
     "ALL_CONTENDERS",
+    "pass_order",
+    "timed_rounds",
+    "ratio_summary",
     "run_bench",
     "format_table",
     "collect_compile_warnings",
@@ -200,6 +225,71 @@ def training_flops(
     return 3 * 2 * macs
 
 
+def matmul_tflops(
+    config: TransformerConfig,
+    src_positions: int,
+    tgt_positions: int,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+    repeats: int = 20,
+) -> float:
+    """Achieved TFLOP/s of the weight products of one training step, timed without the host.
+
+    Every linear layer of the model (the encoder's on ``src_positions`` rows, the decoder's on
+    ``tgt_positions``, the cross-attention's k and v on the source) and the generator, each as its
+    three products: the forward X·W and the backward dY·Wᵀ and Xᵀ·dY. They are issued back to
+    back, ``repeats`` times, between two synchronisations: the kernels' own speed on this model's
+    shapes, with no host time between them. ``presets.ACHIEVABLE_FRACTION`` is this figure ÷ the
+    data-sheet peak.
+
+    Args:
+        config: the model's sizes.
+        src_positions, tgt_positions: padded positions of one batch, B·S and B·T.
+        device: default CUDA when available; dtype: of the products (bfloat16, as autocast).
+    """
+    device = resolve_device(device)
+    check_int("repeats", repeats, minimum=1)
+    d, h, N, d_ff = config.d_model, config.h, config.N, config.d_ff
+    qk = h * (config.d_k or d // h)
+    vo = h * (config.d_v or d // h)
+    S, T = src_positions, tgt_positions
+    encoder = [
+        (S, d, qk),
+        (S, d, qk),
+        (S, d, vo),
+        (S, vo, d),
+        (S, d, d_ff),
+        (S, d_ff, d),
+    ]
+    decoder = [(T, d, qk), (T, d, qk), (T, d, vo), (T, vo, d),  # self-attention
+               (T, d, qk), (S, d, qk), (S, d, vo), (T, vo, d),  # cross: q, k, v, o
+               (T, d, d_ff), (T, d_ff, d)]  # fmt: skip
+    shapes = N * (encoder + decoder) + [(T, d, config.tgt_vocab_size)]
+    tensors: dict[tuple[int, int, int], tuple[torch.Tensor, ...]] = {}
+    for M, K, n in set(shapes):  # X (M, K), W (K, n), dY (M, n)
+        tensors[M, K, n] = tuple(
+            torch.randn(*shape, device=device, dtype=dtype)
+            for shape in ((M, K), (K, n), (M, n))
+        )
+    products = []
+    for shape in shapes:
+        x, w, dy = tensors[shape]
+        products += [(x, w), (dy, w.T), (x.T, dy)]
+    flops = 3 * 2 * sum(M * K * n for M, K, n in shapes)
+
+    def run() -> None:
+        for a, b in products:
+            torch.mm(a, b)
+
+    run()  # kernels chosen
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    _synchronize(device)
+    return flops * repeats / (time.perf_counter() - start) / 1e12
+
+
 class CountOps(TorchDispatchMode):
     """Count every ATen operator call dispatched while the mode is active (``ops``, ``total``)."""
 
@@ -226,7 +316,9 @@ def count_step_ops(
     """ATen ops dispatched by one training step, per phase, on a copy of ``model`` (left unchanged).
 
     One uncounted step comes first (it creates Adam's state), then the counted one: forward and
-    loss, backward (with ``zero_grad``), gradient clipping and the Adam step, as ``train_step``.
+    loss, backward (with ``zero_grad``), gradient clipping and the Adam step, as ``train_step``
+    (with float16, the gradient scaler's scaling, unscaling, step and update too). The count
+    depends on the model's code path, not on its widths or the batch's shape.
 
     Args:
         model: called as ``model(src, tgt_in, src_mask, tgt_mask)``.
@@ -243,6 +335,7 @@ def count_step_ops(
     loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
     optimizer = make_optimizer(model, lr=1e-4, fused=fused_adam)
     device = batch.tgt_out.device
+    scaler = make_grad_scaler(amp_dtype, device)  # float16 only
     counts: dict[str, Any] = {}
     for _ in range(
         2
@@ -259,10 +352,16 @@ def count_step_ops(
                 loss = loss_fn(logits, batch.tgt_out)
         with CountOps() as backward:
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
         with CountOps() as update:
+            if scaler is not None:
+                scaler.unscale_(optimizer)
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+                scaler.update()
         counts = {
             "forward + loss": forward.total,
             "backward": backward.total,
@@ -391,9 +490,28 @@ def multi30k_batches(
     return batches, tokenizer.vocab_size
 
 
-def _peak_memory_mib(device: torch.device) -> float | None:
+def _start_memory(device: torch.device) -> int:
+    """On CUDA: synchronise, reset the peak counter, return the bytes allocated now (else 0)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def _allocated(device: torch.device) -> int:
+    return (
+        torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    )
+
+
+def _peak_memory_mib(
+    device: torch.device, base_bytes: int = 0
+) -> float | None:
+    """CUDA: the peak since ``_start_memory`` beyond ``base_bytes``; else the process's peak."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
+        peak = torch.cuda.max_memory_allocated(device) - base_bytes
+        return peak / 2**20
     try:
         import resource
     except ImportError:  # not on Windows
@@ -416,29 +534,39 @@ def _shape(batch: Batch) -> tuple[int, int, int]:
     )  # (B, S, T)
 
 
-def _train_passes(
-    model: nn.Module,
+class _Trainer:
+    """One contender's training state: its model, Adam, gradient scaler and loss.
+
+    ``trainer(batch)`` takes one step: ``training.train_step``, the step ``fit`` takes, without its
+    per-step finiteness check (a device synchronisation that ``fit`` pays and a benchmark should
+    not).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: nn.Module,
+        amp: torch.dtype | None,
+        device: torch.device,
+    ):
+        self.name, self.model, self.amp = name, model.train(), amp
+        # fused Adam on CUDA; a constant rate is enough
+        self.optimizer = make_optimizer(model, lr=1e-4)
+        self.scaler = make_grad_scaler(amp, device)
+        self.loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD)
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        return train_step(self.model, batch, self.optimizer, self.loss_fn, clip_norm=1.0,
+                          amp_dtype=self.amp, check_finite=False, scaler=self.scaler)  # fmt: skip
+
+
+def _warm_up(
+    step: _Trainer,
     batches: Sequence[Batch],
     warmup: int,
-    amp: torch.dtype | None,
     device: torch.device,
-) -> dict[str, Any]:
-    """The loop every contender runs: ``warmup`` passes timed step by step, then one steady pass.
-
-    Each step is ``training.train_step``, the step ``fit`` takes, without its per-step finiteness
-    check (a device synchronisation that ``fit`` pays and a benchmark should not).
-    """
-    optimizer = make_optimizer(
-        model, lr=1e-4
-    )  # fused Adam on CUDA; a constant rate is enough
-    scaler = make_grad_scaler(amp, device)
-    loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD)
-    model.train()
-
-    def step(batch: Batch) -> torch.Tensor:
-        return train_step(model, batch, optimizer, loss_fn, clip_norm=1.0, amp_dtype=amp,
-                          check_finite=False, scaler=scaler)  # fmt: skip
-
+) -> tuple[list[float], list[float]]:
+    """``warmup`` passes, every step timed alone: (first steps of a shape, the other steps), in s."""
     seen: set[tuple[int, int, int]] = set()
     first, repeat = [], []
     for _ in range(warmup):
@@ -451,17 +579,77 @@ def _train_passes(
                 time.perf_counter() - start
             )
             seen.add(_shape(batch))
+    return first, repeat
+
+
+def _timed_pass(
+    step: _Trainer, batches: Sequence[Batch], device: torch.device
+) -> tuple[float, torch.Tensor]:
+    """One steady pass over ``batches``, timed as a whole: (seconds, the last step's loss)."""
     _synchronize(device)
     start = time.perf_counter()
     for batch in batches:
         loss = step(batch)
     _synchronize(device)
-    return {
-        "steady_s": time.perf_counter() - start,
-        "first": first,
-        "repeat": repeat,
-        "loss": loss.item(),
-    }
+    return time.perf_counter() - start, loss
+
+
+def pass_order(n: int, round_: int) -> list[int]:
+    """The order of the ``n`` contenders' passes in round ``round_``: 0 … n-1 rotated by the round.
+
+    Round 0 runs 0, 1, …, n-1; round 1 runs 1, …, n-1, 0; and so on: over n rounds every contender
+    takes every place once.
+    """
+    return [(round_ + i) % n for i in range(n)]
+
+
+def timed_rounds(
+    run_pass: Callable[[int, int], float], n: int, rounds: int
+) -> list[list[float]]:
+    """Time ``n`` contenders in interleaved rounds; ``times[c][r]`` is ``run_pass(c, r)``.
+
+    Round r calls ``run_pass(c, r)`` once for every contender c, in ``pass_order(n, r)``, and ends
+    before round r + 1 begins. ``run_pass`` runs and times one pass of contender c and returns its
+    seconds.
+    """
+    check_int("rounds", rounds, minimum=1)
+    times = [[math.nan] * rounds for _ in range(n)]
+    for r in range(rounds):
+        for c in pass_order(n, r):
+            times[c][r] = run_pass(c, r)
+    return times
+
+
+def ratio_summary(
+    times_by_contender: Mapping[str, Sequence[float]],
+) -> dict[str, tuple[float, float, float]]:
+    """Each contender's speed relative to the first: (median, min, max) of its per-round ratios.
+
+    The ratio of contender c in round r is ``t_first[r] / t_c[r]``: above 1, c was faster than the
+    first contender in that round. The median of these ratios, not the ratio of the median times:
+    each ratio compares two passes that ran side by side.
+
+    Args:
+        times_by_contender: per contender (the first is the baseline), the seconds of its pass in
+            each round, all of the same length.
+    """
+    names = list(times_by_contender)
+    if not names:
+        raise ValueError(
+            "ratio_summary: expected at least one contender, got none"
+        )
+    base = times_by_contender[names[0]]
+    out = {}
+    for name in names:
+        times = times_by_contender[name]
+        if len(times) != len(base) or not times:
+            raise ValueError(
+                f"ratio_summary: expected {len(base)} round times (> 0) for {name!r}, as for "
+                f"{names[0]!r}, got {len(times)}"
+            )
+        ratios = [b / t for b, t in zip(base, times, strict=True)]
+        out[name] = (statistics.median(ratios), min(ratios), max(ratios))
+    return out
 
 
 # The loggers torch.compile reports through: graph breaks, recompilations, fallbacks to eager.
@@ -528,6 +716,15 @@ def compile_note(rows: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
+def _collect(compiled: bool) -> contextlib.AbstractContextManager[list[str]]:
+    """``collect_compile_warnings()`` for a compiled contender, else an empty list."""
+    return (
+        collect_compile_warnings()
+        if compiled
+        else contextlib.nullcontext([])
+    )
+
+
 def _contender(name: str, base: Transformer, backend: str) -> nn.Module:
     """A fresh copy of ``base`` as contender ``name`` (on the CPU)."""
     if name.startswith("nn.Transformer"):
@@ -560,20 +757,22 @@ def run_bench(
     root: str | Path | None = None,
     ops: bool = True,
     compile_backend: str = "inductor",
+    rounds: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Train each contender on the same batches: warm-up and steady state apart; one dict per contender.
+    """Train each contender on the same batches: warm-up, then interleaved timed rounds; one dict each.
 
     Sizes left ``None`` come from the ``multi30k`` preset on CUDA (vocabulary 8000, 8192 tokens a
-    batch, 50 batches, one warm-up pass) and from a tiny model on other devices (d_model 64, N 2,
-    vocabulary 1000, 1024 tokens a batch, 5 batches, one warm-up pass), which runs in seconds.
+    batch, 50 batches, one warm-up pass, 5 rounds) and from a tiny model on other devices (d_model
+    64, N 2, vocabulary 1000, 1024 tokens a batch, 5 batches, one warm-up pass, 9 rounds), which
+    runs in seconds.
 
     Args:
         device: default CUDA when available.
         d_model, d_ff, h, N, vocab_size: model sizes (shared embeddings, tied generator).
         max_tokens: padded positions per batch; seq_len: longest synthetic sentence (lengths from
             seq_len / 2; the real data has its own).
-        steps: batches, each trained on once per pass; warmup: passes before the steady one,
-            every step timed alone (0: no warm-up is measured and the steady pass meets every
+        steps: batches, each trained on once per pass; warmup: passes before the timed rounds,
+            every step timed alone (0: no warm-up is measured and the first round meets every
             shape for the first time).
         dropout: P_drop of every contender.
         amp: autocast: ``None``/``"auto"`` as ``TrainConfig.amp="auto"`` (CUDA: bfloat16 from compute
@@ -587,12 +786,17 @@ def run_bench(
         ops: count the ATen ops of one step per eager contender (``count_step_ops``).
         compile_backend: ``torch.compile``'s backend for the compiled contenders (``"eager"``
             traces the graphs without generating code: quick, for tests).
+        rounds: timed rounds, each one steady pass of every contender in ``pass_order``.
 
     Returns:
-        Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens, steady), ``step_ms``
-        (steady), ``first_shape_steps``, ``first_shape_ms`` (median), ``warmup_extra_s``,
+        Per contender: ``name``, ``params``, ``tokens_per_s`` (target tokens) and ``step_ms`` of its
+        median pass, ``rounds``, ``round_ms`` (ms per step of each round's pass), ``speed``,
+        ``speed_min``, ``speed_max`` (relative to the first contender, ``ratio_summary``),
+        ``first_shape_steps``, ``first_shape_ms`` (median), ``warmup_extra_s``,
         ``warmup_s`` (the warm-up passes in all), ``ops_per_step``, ``tflops``, ``mfu``
-        (``None`` without a peak), ``peak_mem_mib``, ``loss`` (last step), ``data``, sizes, device,
+        (``None`` without a peak), ``peak_mem_mib`` (CUDA: over its warm-up and first timed pass,
+        beyond what the other contenders hold; CPU: the process's peak after its warm-up),
+        ``loss`` (last step of the last round), ``data``, sizes, device,
         ``compile_warnings`` (compiled contenders: what ``torch.compile`` warned of, one line each,
         see ``collect_compile_warnings``; else ``None``).
     """
@@ -627,6 +831,8 @@ def run_bench(
     size = {k: defaults[k] if v is None else v for k, v in given.items()}
     for name in ("d_model", "d_ff", "h", "N", "seq_len", "steps"):
         check_int(name, size[name], minimum=1)
+    rounds = (5 if cuda else 9) if rounds is None else rounds
+    check_int("rounds", rounds, minimum=1)
     check_int("warmup", size["warmup"], minimum=0)
     check_int(
         "vocab_size", size["vocab_size"], minimum=5
@@ -694,14 +900,19 @@ def run_bench(
     tokens = sum(b.n_tokens for b in batches)
     n_shapes = len({_shape(b) for b in batches})
 
-    rows = []
-    for name in contenders:
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
+    trainers, warm, counts, resident, peak_mib, notes = (
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
+    for name in contenders:  # set up and warm up each contender in turn
+        base_bytes = _start_memory(device)
         model = _contender(name, base, compile_backend).to(device)
         compiled = "compiled" in name
-        count = (
+        counts.append(
             count_step_ops(model, batches[0], amp_dtype)
             if ops and not compiled
             else None
@@ -710,35 +921,61 @@ def run_bench(
             model = torch.compile(
                 model, backend=compile_backend, dynamic=True
             )
+        trainer = _Trainer(name, model, amp_dtype, device)
         torch.manual_seed(seed)  # the same dropout draws for every contender
-        collect = (
-            collect_compile_warnings()
-            if compiled
-            else contextlib.nullcontext([])
-        )
-        with collect as compile_warnings:  # compiled on the first step
-            timing = _train_passes(
-                model, batches, size["warmup"], amp_dtype, device
-            )
-        seconds = timing["steady_s"]
+        with _collect(compiled) as compile_warnings:  # compiled here
+            warm.append(_warm_up(trainer, batches, size["warmup"], device))
+        trainers.append(trainer)
+        notes.append(list(compile_warnings) if compiled else None)
+        resident.append(_allocated(device) - base_bytes)
+        peak_mib.append(_peak_memory_mib(device, base_bytes))
+
+    losses: dict[int, torch.Tensor] = {}
+
+    def run_pass(c: int, r: int) -> float:
+        """Contender c's pass of round r; in round 0 on CUDA, its peak memory too."""
+        torch.manual_seed(
+            seed + 1 + r
+        )  # pass r: the same dropout draws for all
+        before = _start_memory(device) if r == 0 else 0
+        with _collect(notes[c] is not None) as compile_warnings:
+            seconds, losses[c] = _timed_pass(trainers[c], batches, device)
+        if notes[c] is not None:  # compiled here when there was no warm-up
+            notes[c] += [n for n in compile_warnings if n not in notes[c]]
+        if r == 0 and cuda:  # what this pass allocated beyond what it held
+            extra = torch.cuda.max_memory_allocated(device) - before
+            peak_mib[c] = max(peak_mib[c], (resident[c] + extra) / 2**20)
+        return seconds
+
+    times = timed_rounds(run_pass, len(trainers), rounds)
+    speeds = ratio_summary(dict(zip(contenders, times, strict=True)))
+    rows = []
+    for c, name in enumerate(contenders):
+        seconds = statistics.median(times[c])
         step_s = seconds / len(batches)
-        first = timing["first"]
+        first, repeat = warm[c]
         achieved = flops / seconds
+        speed, slowest, fastest = speeds[name]
         rows.append({
             "name": name,
-            "params": count_parameters(model),
+            "params": count_parameters(trainers[c].model),
             "tokens_per_s": tokens / seconds,
             "step_ms": 1000 * step_s,
+            "rounds": rounds,
+            "round_ms": [1000 * t / len(batches) for t in times[c]],
+            "speed": speed,
+            "speed_min": slowest,
+            "speed_max": fastest,
             "first_shape_steps": len(first),
             "first_shape_ms": 1000 * statistics.median(first) if first else None,
             "warmup_extra_s": sum(first) - len(first) * step_s if first else None,
-            "warmup_s": sum(first) + sum(timing["repeat"]),
-            "ops_per_step": None if count is None else count["total"],
-            "compile_warnings": list(compile_warnings) if compiled else None,
+            "warmup_s": sum(first) + sum(repeat),
+            "ops_per_step": None if counts[c] is None else counts[c]["total"],
+            "compile_warnings": notes[c],
             "tflops": achieved / 1e12,
             "mfu": achieved / (peak * 1e12) if peak else None,
-            "peak_mem_mib": _peak_memory_mib(device),
-            "loss": timing["loss"],
+            "peak_mem_mib": peak_mib[c],
+            "loss": losses[c].item(),
             "data": source,
             "shapes": n_shapes,
             "device": str(device),
@@ -748,25 +985,34 @@ def run_bench(
             **size,
             "vocab_size": V,
         })  # fmt: skip
-        del model
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The results as a Markdown table: steady state, then warm-up, ops, MFU."""
+    """The results as a Markdown table: the timed rounds, then warm-up, ops, MFU.
+
+    ``ms/step`` is the median over the rounds; ``speed vs first`` the median of the per-round
+    ratios to the first row, with the slowest and the fastest round's ratio (``ratio_summary``).
+    """
     lines = [
-        "| contender | params | steady tok/s | ms/step | first-shape steps | first-shape ms (median) "
-        "| warm-up extra s | ops/step | TFLOP/s | MFU | peak mem (MiB) | last loss |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| contender | params | steady tok/s | ms/step (median) | speed vs first: median (min-max) "
+        "| first-shape steps | first-shape ms (median) | warm-up extra s | ops/step | TFLOP/s | MFU "
+        "| peak mem (MiB) | last loss |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def num(value: float | None, fmt: str) -> str:
         return "n/a" if value is None else format(value, fmt)
 
-    for r in rows:
+    for i, r in enumerate(rows):
         mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+        speed = (
+            "1 (baseline)"
+            if i == 0
+            else f"{r['speed']:.2f}x ({r['speed_min']:.2f}-{r['speed_max']:.2f})"
+        )
         lines.append(
-            f"| {r['name']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | "
+            f"| {r['name']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {speed} | "
             f"{r.get('first_shape_steps', 'n/a')} | {num(r.get('first_shape_ms'), '.1f')} | "
             f"{num(r.get('warmup_extra_s'), '.2f')} | {num(r.get('ops_per_step'), ',')} | "
             f"{r['tflops']:.3g} | {mfu} | {num(r['peak_mem_mib'], ',.0f')} | {r['loss']:.3f} |"
@@ -778,7 +1024,8 @@ def _parser() -> argparse.ArgumentParser:
     p = cli.parser(
         "python -m aiayn.bench",
         "Training speed of our Transformer (explicit, fused, set_fast, compiled) and nn.Transformer "
-        "on the same batches: warm-up (first step of each batch shape) and steady state apart.",
+        "on the same batches: warm-up (first step of each batch shape) apart, then interleaved "
+        "timed rounds, one pass of every contender a round.",
     )
     p.add_argument(
         "--device", default=None, help="default cuda when available"
@@ -789,7 +1036,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", dest="vocab_size", type=cli.positive_int, default=None,
                    help="vocabulary size, at least 5 (4 special ids)")  # fmt: skip
     p.add_argument("--warmup", type=cli.natural_int, default=None,
-                   help="passes over the batches before the steady one, each step timed alone (default 1)")  # fmt: skip
+                   help="passes before the timed rounds, each step timed alone (default 1)")  # fmt: skip
+    p.add_argument("--rounds", type=cli.positive_int, default=None,
+                   help="timed rounds, one pass of every contender each, in rotating order "
+                        "(default 9 on a CPU, 5 on CUDA)")  # fmt: skip
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--data", dest="data", choices=("auto", "multi30k", "synthetic"), default="auto",
                    help="batches from Multi30k (auto: when found) or synthetic")  # fmt: skip
@@ -855,13 +1105,15 @@ def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         args.device, **sizes, steps=args.steps, warmup=args.warmup, dropout=args.dropout,
         amp=False if amp is None else amp, peak=args.peak_tflops, contenders=args.contenders,
         data=args.data, root=args.root, ops=not args.no_ops, compile_backend=args.compile_backend,
+        rounds=args.rounds,
     )  # fmt: skip
     r = rows[0]
     print(
         f"{r['device_name']}, torch {torch.__version__}, amp {r['amp']}: d_model {r['d_model']}, d_ff {r['d_ff']}, "
         f"h {r['h']}, N {r['N']}, vocab {r['vocab_size']}, {r['max_tokens']} tokens/batch\n"
         f"batches: {r['data']}; {r['steps']} batches of {r['shapes']} shapes, {r['warmup']} warm-up pass(es) "
-        f"timed step by step, then one steady pass; peak {r['peak_tflops'] or 'unknown'} TFLOP/s\n"
+        f"timed step by step, then {r['rounds']} rounds of one pass per contender, interleaved in rotating "
+        f"order; peak {r['peak_tflops'] or 'unknown'} TFLOP/s\n"
     )
     print(format_table(rows))
     note = compile_note(rows)
