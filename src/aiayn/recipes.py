@@ -669,6 +669,24 @@ def _open_run(
     return first_step
 
 
+def _attention_kernels() -> contextlib.AbstractContextManager:
+    """Fused attention without cuDNN's kernel while training.
+
+    PyTorch's ``scaled_dot_product_attention`` picks cuDNN's kernel on an H100, which builds a plan
+    for every new batch shape: about 0.4 s for each of an epoch's shapes, as fast as the others
+    afterwards (``python -m aiayn.bench`` on an H100, the first step of each shape: 443 ms with it,
+    49 ms without; see ``results/torchrun.h100.json``). Flash, memory-efficient and math kernels
+    remain.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.MATH,
+    ])  # fmt: skip
+
+
 def _run(
     cfg: TrainConfig,
     folder: RunFolder,
@@ -708,6 +726,7 @@ def _run(
     with (
         open(folder.file(METRICS) if main else os.devnull, "a") as log_file,
         _stop_on_signals() as stop,
+        _attention_kernels(),
     ):
         run_log = _RunLog(folder, cfg, first_step, log_file)
         history = fit(
