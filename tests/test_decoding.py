@@ -663,15 +663,39 @@ def test_finished_sentences_leave_the_batch(beam_size):
 
     pruned = decode_batch_sizes(model, decode(True))
     full = decode_batch_sizes(model, decode(False))
-    assert full == [(B * K, B * K)] * len(full)  # the reference computes every row at every step
-    rows = [n for n, _ in pruned]
+    # the reference computes every row at every step; the sources' keys and values are kept once
+    assert full == [(B * K, B)] * len(full)
     assert len(pruned) == len(full)  # the same steps
-    assert all(cross == n for n, cross in pruned)  # the cross-attention cache shrinks with the batch
-    assert rows[0] == B * K and rows == sorted(rows, reverse=True) and rows[-1] < B * K
-    assert all(n % K == 0 for n in rows)  # a sentence leaves with all its beams
+    rows = [n for n, _ in pruned]
+    sources = [s for _, s in pruned]
+    assert rows[0] == B  # one beam per sentence at the first step: the others are its copies
+    # the cross-attention cache shrinks with the batch
+    assert sources == sorted(sources, reverse=True) and sources[-1] < B
+    assert all(s <= n <= K * s for n, s in pruned)  # each sentence left has 1 to K beams searched
+    if K == 1:
+        assert rows == sources
     # a sentence at its limit (t + 1 columns after step t) has left (one that said <eos> too)
-    assert all(n <= K * sum(limit > t + 1 for limit in limits) for t, n in enumerate(rows))
+    assert all(s <= sum(limit > t + 1 for limit in limits) for t, s in enumerate(sources))
     assert sum(rows) < len(rows) * B * K
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+def test_finished_beams_are_not_decoded(use_cache, copy_model):
+    """A beam that said <eos> waits outside the batch for its sentence's others: fewer rows, same search."""
+    model, src, K = copy_model, ragged_source(seed=2), 4
+    results = []
+
+    def search(prune):
+        results.append(beam_search(model, src, None, 12, BOS, EOS, K, 0.6, use_cache, prune))
+
+    pruned = decode_batch_sizes(model, lambda: search(True))
+    full = decode_batch_sizes(model, lambda: search(False))
+    assert [n for n, _ in full] == [src.size(0) * K] * len(full)
+    rows = [n for n, _ in pruned]
+    assert any(n % K for n in rows[1:])  # some sentence was searched with fewer than K beams
+    assert sum(rows) < sum(n for n, _ in full)
+    assert torch.equal(results[0].tokens, results[1].tokens)
+    assert_close(results[0].scores, results[1].scores)
 
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])

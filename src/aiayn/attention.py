@@ -239,12 +239,19 @@ class KVCache:
     into tensors one position longer, and the next ``update`` writes its position into that free
     slot instead of copying everything a second time.
 
+    Beam search keeps cross-attention keys and values once per source sentence, not once per
+    beam: ``beams`` ``(rows, K)`` says that query j belongs to beam ``rows[j] % K`` of sentence
+    ``rows[j] // K``, so a sentence's live beams are its K queries (``MultiHeadAttention``
+    places them so). Finished beams have no row at all.
+
     Args:
         static: ``True`` for cross-attention.
     """
 
     def __init__(self, static: bool = False):
         self.static = static
+        # cross-attention in beam search: (rows (R,), K), or None (row i reads row i)
+        self.beams: tuple[torch.Tensor, int] | None = None
         self.k: torch.Tensor | None = (
             None  # (B, h, L, d_k), maybe one free slot after
         )
@@ -319,6 +326,30 @@ def _rows_and_a_free_slot(
     return out
 
 
+def _beams_as_queries(
+    q: torch.Tensor, rows: torch.Tensor, K: int, B_src: int
+) -> torch.Tensor:
+    """Place the queries of live beams ``(R, h, 1, d_k)`` as their sentences' ``(B_src, h, K, d_k)``.
+
+    Query j goes to beam ``rows[j] % K`` of sentence ``rows[j] // K``; the slots of finished
+    beams hold zeros, and their outputs are dropped again by ``_queries_as_beams``.
+    """
+    R, h, _, d_k = q.shape
+    grid = q.new_zeros(B_src * K, h, d_k)  # (B_src·K, h, d_k)
+    grid.index_copy_(0, rows, q.view(R, h, d_k))
+    return grid.view(B_src, K, h, d_k).transpose(1, 2)  # (B_src, h, K, d_k)
+
+
+def _queries_as_beams(
+    heads: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """The outputs ``(B_src, h, K, d_v)`` of the live beams ``rows`` ``(R,)``: ``(R, h, 1, d_v)``."""
+    B_src, h, K, d_v = heads.shape
+    # (B_src·K, h, d_v), beam b of sentence i in row i·K + b
+    flat = heads.transpose(1, 2).reshape(B_src * K, h, d_v)
+    return flat.index_select(0, rows).unsqueeze(2)  # (R, h, 1, d_v)
+
+
 class MultiHeadAttention(nn.Module):
     """h attention heads in parallel, each on its own learned projection, then concatenated (section 3.2.2).
 
@@ -373,14 +404,20 @@ class MultiHeadAttention(nn.Module):
         self._packed_cache: dict[tuple[str, ...], tuple] = {}
 
     def _check_inputs(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        same_batch: bool = True,
     ) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
                 raise ValueError(
                     f"{name}: expected shape (B, L, {self.d_model}), got {tuple(x.shape)}"
                 )
-        if not query.size(0) == key.size(0) == value.size(0):
+        if key.size(0) != value.size(0) or (
+            same_batch and query.size(0) != key.size(0)
+        ):
             raise ValueError(
                 f"query, key and value must share the batch size, got {query.size(0)}, {key.size(0)}, {value.size(0)}"
             )
@@ -417,7 +454,8 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(B, L_q, d_model)``.
         """
-        self._check_inputs(query, key, value)
+        beams = None if cache is None else cache.beams
+        self._check_inputs(query, key, value, same_batch=beams is None)
         if mask is not None and not isinstance(mask, PreparedMask):
             mask = self._mask_for_heads(mask)
         B, L_q = query.size(0), query.size(1)
@@ -425,6 +463,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._fast_projections(query, key, value, cache)
         else:
             q, k, v = self._projections(query, key, value)
+        if beams is not None:  # (R, h, 1, d_k) -> (B_src, h, K, d_k)
+            q = _beams_as_queries(q, *beams, k.size(0))
         # one new query per row, decoding step by step: the explicit product is
         # faster there than the fused kernel, which is built for long queries
         one_step = cache is not None and L_q == 1
@@ -439,6 +479,8 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, mask, self.dropout, self.temperature
             )
             self.attn = weights.detach()  # (B, h, L_q, L_k)
+        if beams is not None:  # (B_src, h, K, d_v) -> (R, h, 1, d_v)
+            heads = _queries_as_beams(heads, beams[0])
         # heads: (B, h, L_q, d_v); put the heads side by side again
         concat = heads.transpose(1, 2).contiguous()  # (B, L_q, h, d_v)
         concat = concat.view(B, L_q, self.h * self.d_v)  # (B, L_q, h * d_v)
@@ -465,8 +507,12 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         cache: KVCache | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``_projections`` with packed products (when ``packed``) and the decoding cache."""
+        """``_projections`` with packed products (when ``packed``) and the decoding cache.
+
+        Queries and keys may have different batch sizes (the cache's ``beams``).
+        """
         B, L_q, L_k = query.size(0), query.size(1), key.size(1)
+        B_k = key.size(0)
         h, d_k, d_v = self.h, self.d_k, self.d_v
         if cache is not None and cache.static and cache.k is not None:
             # cross-attention after the first step: k and v are the cache's,
@@ -484,8 +530,8 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
         q = q.view(B, L_q, h, d_k).transpose(1, 2)  # (B, h, L_q, d_k)
-        k = k.view(B, L_k, h, d_k).transpose(1, 2)  # (B, h, L_k, d_k)
-        v = v.view(B, L_k, h, d_v).transpose(1, 2)  # (B, h, L_k, d_v)
+        k = k.view(B_k, L_k, h, d_k).transpose(1, 2)  # (B_k, h, L_k, d_k)
+        v = v.view(B_k, L_k, h, d_v).transpose(1, 2)  # (B_k, h, L_k, d_v)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, h, len(cache), d_k/d_v)
         return q, k, v

@@ -18,8 +18,10 @@ may also give one limit per sentence, so that sentences of different lengths can
 
 A finished sentence stops costing anything: with ``prune=True`` (default) its rows leave the
 working batch (memory, masks, prefixes, scores and both key/value caches), its output is kept
-aside, and the outputs are put back in input order at the end. ``prune=False`` computes every
-row until the last sentence ends, as a reference; the tokens are the same.
+aside, and the outputs are put back in input order at the end. In beam search a finished beam
+stops costing too: the decoder runs over the beams still growing only, while the finished ones
+wait, with their scores, for the rest of their sentence. ``prune=False`` computes every row until
+the last sentence ends, as a reference; the tokens are the same.
 
 The functions switch the model to eval mode (no dropout) while they run, and back afterwards.
 
@@ -594,6 +596,89 @@ def _overflow(alpha: float, length: int, dtype: torch.dtype) -> str:
     )
 
 
+def _searched(
+    finished: torch.Tensor, log_p: torch.Tensor, prune: bool
+) -> torch.Tensor:
+    """The beams ``(B, K)`` whose next token the decoder computes.
+
+    With ``prune``, only those that may still grow: not finished, and with a finite log P (at
+    the first step only beam 0 is, the others are its copies). A beam left out extends with
+    padding alone, which is all a finished beam does and cannot lift a log P of -inf. Without
+    ``prune``, every beam, as a reference.
+    """
+    if not prune:
+        return torch.ones_like(finished)
+    return ~finished & (log_p > -math.inf)
+
+
+def _beam_logits(
+    model: nn.Module,
+    memory: torch.Tensor,
+    src_mask: torch.Tensor,
+    ys: torch.Tensor,
+    cache: DecoderCache | None,
+    rows: torch.Tensor,
+    K: int,
+) -> torch.Tensor:
+    """The next token's logits ``(R, V)`` of the beams ``rows`` ``(R,)`` of ``ys`` ``(B·K, T)``.
+
+    ``memory`` ``(B, S, d_model)`` and ``src_mask`` ``(B, 1, 1, S)`` hold one row per sentence.
+    The cache holds the R rows (``DecoderCache.beams``); without one, each beam's memory and mask
+    are copied to its row and the decoder runs over the whole prefix.
+    """
+    prefix = ys.index_select(0, rows)  # (R, T)
+    if cache is None:
+        sentence = rows // K  # (R,)
+        memory = memory.index_select(0, sentence)  # (R, S, d_model)
+        src_mask = src_mask.index_select(0, sentence)  # (R, 1, 1, S)
+        return _next_logits(model, memory, src_mask, prefix)
+    cache.beams = (rows, K)
+    return _next_logits(model, memory, src_mask, prefix, cache)
+
+
+def _token_log_probs(
+    logits: torch.Tensor,
+    rows: torch.Tensor,
+    pad_only: torch.Tensor,
+    pad_id: int,
+) -> torch.Tensor:
+    """log P of every next token ``(B, K, V)`` from the logits ``(R, V)`` of the beams ``rows``.
+
+    Args:
+        logits: ``(R, V)``, row j for beam ``rows[j]`` (beam b of sentence i is i·K + b).
+        rows: ``(R,)``.
+        pad_only: ``(B, K)``, True for the beams whose one continuation is padding, at
+            log P 0 (every beam not in ``rows`` must be one).
+    """
+    B, K = pad_only.shape
+    V = logits.size(-1)
+    log_probs = F.log_softmax(logits, dim=-1)  # (R, V)
+    if log_probs.size(0) < B * K:  # rows for the beams not computed
+        full = log_probs.new_empty(B * K, V)
+        log_probs = full.index_copy_(0, rows, log_probs)  # (B·K, V)
+    log_probs = log_probs.view(B, K, V)
+    padding = torch.full((V,), -math.inf, device=logits.device)
+    padding[pad_id] = 0.0
+    log_probs[pad_only] = padding  # (B, K, V), only those rows
+    return log_probs
+
+
+def _cache_rows(
+    rows: torch.Tensor, parents: torch.Tensor, searched: torch.Tensor
+) -> torch.Tensor:
+    """The rows of the cache ``(R',)`` the next step's beams continue.
+
+    Args:
+        rows: ``(R,)``, the beams this step computed, as the cache holds them.
+        parents: ``(B·K,)``, the beam each new beam extends.
+        searched: ``(B, K)``, the new beams the next step computes (each extends a searched one).
+    """
+    # (B·K,): the cache row of each beam computed this step
+    position = torch.zeros_like(parents)
+    position[rows] = torch.arange(rows.size(0), device=rows.device)
+    return position[parents[searched.view(-1)]]  # (R',)
+
+
 class BeamSearchOutput(NamedTuple):
     """The best hypothesis per sentence; unpack as ``tokens, scores, log_probs = beam_search(...)``.
 
@@ -649,9 +734,12 @@ def beam_search(
     of each sentence is returned. A sentence whose beams have all finished leaves the batch
     (``prune``) with its best beam.
 
-    All sentences are searched together: the batch is flattened to ``B · K`` rows. With the
-    cache, the rows of the self-attention keys and values follow the surviving beams
-    (``DecoderCache.reorder``). With ``beam_size=1`` this is greedy decoding.
+    All sentences are searched together: the beams are flattened to ``B · K`` rows, and each step
+    runs the decoder over the rows that can still grow (``prune``: not the finished beams, and at
+    the first step only beam 0 of each sentence, since the others are its copies). The source's
+    memory, mask and cross-attention keys and values are kept once per sentence
+    (``DecoderCache.beams``); the rows of the self-attention keys and values follow the
+    surviving beams (``DecoderCache.reorder``). With ``beam_size=1`` this is greedy decoding.
 
     Args:
         model, src, src_mask, max_len, bos_id, eos_id: as in ``greedy_decode``; a sentence that
@@ -682,9 +770,8 @@ def beam_search(
     device = src.device
 
     with _eval_mode(model, onednn):
+        # one memory and mask per sentence: its beams share them
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
-        memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, d_model)
-        src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
         ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
         cache = model.new_cache() if use_cache else None
 
@@ -699,18 +786,21 @@ def beam_search(
             finished |= (limits <= 1)[:, None]
         live = torch.arange(B, device=device)  # (B,), the sentences searched
         out = _Finished()
+        # (B, K): the beams the next step runs the decoder for
+        searched = _searched(finished, log_p, prune)
 
         for _ in range(max_len - 1):
             B = live.size(0)  # the sentences still in the batch
-            # (B·K, V), then (B, K, V)
-            logits = _next_logits(model, memory, src_mask, ys, cache)
-            V = logits.size(-1)
-            token_log_p = F.log_softmax(logits, dim=-1).view(B, K, V)
-            # a finished beam has one continuation, padding, which costs
-            # nothing and does not lengthen it
-            pad_only = torch.full((V,), -math.inf, device=device)
-            pad_only[pad_id] = 0.0
-            token_log_p[finished] = pad_only  # (B, K, V), only those rows
+            # (R,): beam b of sentence i is row i·K + b of ys
+            rows = searched.view(-1).nonzero().squeeze(1)
+            logits = _beam_logits(
+                model, memory, src_mask, ys, cache, rows, K
+            )
+            # (B, K, V); padding is the only continuation of a beam not searched
+            token_log_p = _token_log_probs(
+                logits, rows, ~searched | finished, pad_id
+            )
+            V = token_log_p.size(-1)
 
             cand_len = lengths + (~finished).long()  # (B, K)
             lp = gnmt_length_penalty(cand_len, alpha)  # (B, K)
@@ -729,28 +819,34 @@ def beam_search(
             finished = was_finished | (token == eos_id)  # (B, K)
             # the rows of ys to keep: beam b of sentence i is row i·K + b
             offset = torch.arange(B, device=device)[:, None] * K  # (B, 1)
-            rows = (beam + offset).view(-1)  # (B·K,)
+            parents = (beam + offset).view(-1)  # (B·K,)
             # (B·K, T + 1): each kept prefix and its new token
-            ys = torch.cat([ys[rows], token.view(-1, 1)], dim=1)
-            if cache is not None:
-                cache.reorder(rows)  # the keys and values follow their beams
+            ys = torch.cat([ys[parents], token.view(-1, 1)], dim=1)
             if limits is not None:  # a sentence at its own limit stops
                 finished |= (limits <= ys.size(1))[:, None]
             if finished.all():
                 break
+            searched = _searched(finished, log_p, prune)
+            if cache is not None:  # the keys and values follow their beams
+                cache.reorder(_cache_rows(rows, parents, searched))
             ended = finished.all(dim=1)  # (B,), all its beams have finished
             if prune and ended.any():  # those sentences leave the batch
                 picked = _best_beams(ys, log_p, lengths, alpha)
                 out.add(live[ended], *(x[ended] for x in picked))
                 keep = (~ended).nonzero().squeeze(1)  # (B',)
-                log_p, lengths, finished, limits, live = _keep_rows(
-                    keep, None, log_p, lengths, finished, limits, live
+                per_beam = log_p, lengths, finished, searched
+                log_p, lengths, finished, searched = _keep_rows(
+                    keep, None, *per_beam
                 )
+                # their beams have left the self-attention cache already
+                memory, src_mask, limits, live = _keep_rows(
+                    keep, None, memory, src_mask, limits, live
+                )
+                if cache is not None:
+                    cache.keep_sources(keep)
                 beams = torch.arange(K, device=device)  # (K,)
                 rows = (keep[:, None] * K + beams).view(-1)  # (B'·K,)
-                memory, src_mask, ys = _keep_rows(
-                    rows, cache, memory, src_mask, ys
-                )
+                (ys,) = _keep_rows(rows, None, ys)
 
         out.add(live, *_best_beams(ys, log_p, lengths, alpha))
         return BeamSearchOutput(*out.in_order(pad_id))

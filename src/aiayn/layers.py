@@ -374,7 +374,8 @@ class DecoderCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep the rows ``index`` of the batch, in that order: the beams that survive a step.
 
-        Only rows of the same sentence may be exchanged (see ``KVCache.reorder``).
+        Cross-attention does not move, so only rows of the same sentence may be exchanged (see
+        ``KVCache.reorder``), unless it is kept per sentence (``beams``).
         """
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(index)
@@ -388,6 +389,24 @@ class DecoderCache:
         Decoding calls this to drop the sentences that have finished.
         """
         self.reorder(index)  # self-attention and ``real``
+        self.keep_sources(index)
+
+    @property
+    def beams(self) -> tuple[torch.Tensor, int] | None:
+        """Beam search: ``(rows, K)``, row j of the batch is beam ``rows[j] % K`` of source ``rows[j] // K``.
+
+        The cross-attention keys and values are then kept once per source sentence, and the
+        batch holds only the beams still searched (``KVCache.beams``); ``None``: one row per source.
+        """
+        return self.layers[0][1].beams
+
+    @beams.setter
+    def beams(self, value: tuple[torch.Tensor, int] | None) -> None:
+        for _, cross_cache in self.layers:
+            cross_cache.beams = value
+
+    def keep_sources(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` of the cross-attention caches only: the sources still decoded."""
         for _, cross_cache in self.layers:
             cross_cache.keep_rows(index)
 

@@ -303,7 +303,9 @@ class Transformer(nn.Module):
             tgt_mask: boolean ``(B, 1, T, T)``; ``None`` builds ``decoder_mask(tgt, config.pad_id)``.
             cache: for decoding step by step (``new_cache()``): ``tgt`` then holds only the new
                 positions, which follow the P already in the cache, and ``tgt_mask`` (built from
-                the cache when ``None``) is ``(B, 1, T, P + T)``. The cache is updated.
+                the cache when ``None``) is ``(B, 1, T, P + T)``. The cache is updated. With
+                ``cache.beams`` (beam search), ``memory`` and ``src_mask`` hold one row per
+                source sentence and ``tgt`` one per beam still searched.
 
         Returns:
             ``(B, T, d_model)``.
@@ -321,14 +323,17 @@ class Transformer(nn.Module):
                 f"got {tuple(memory.shape)}"
             )
         self._check_tokens(tgt, "tgt")
-        if memory.size(0) != tgt.size(0):
+        # beam search's cache may hold one row per live beam of the sources (cache.beams)
+        by_beam = isinstance(cache, DecoderCache) and cache.beams is not None
+        if memory.size(0) != tgt.size(0) and not by_beam:
             raise ValueError(
                 f"memory has batch size {memory.size(0)} "
                 f"but tgt has batch size {tgt.size(0)}"
             )
         B, T = tgt.shape
         if src_mask is not None:
-            self._check_mask(src_mask, "src_mask", (B, 1, T, memory.size(1)))
+            S = memory.size(1)
+            self._check_mask(src_mask, "src_mask", (memory.size(0), 1, T, S))
         if cache is not None:
             return self._decode_cached(
                 memory, src_mask, tgt, tgt_mask, cache
