@@ -4,7 +4,8 @@ Each page of the chapter is executed as Colab would open it, alone in an empty f
 ``$AIAYN_MODEL``, an empty cache and every download refused (a proxy that nothing answers), so
 ``load_published`` fails as it does for a reader without the release. Each page's model cell must print
 its paragraph on how to get the model (once), the cells that need the model one line each, and nothing may
-end in an error or a traceback. (11.4 has no model cell: its translator runs in the reader's browser.)
+end in an error or a traceback. (11.4 and 11.5 have no model cell: 11.4's translator runs in the reader's browser, 11.5 trains
+its own small model.)
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ PAGES = {
     "11_4_in_your_browser.ipynb": {
         "skipped": 0,
         "lines": ["BLEU of the int8 graphs on test2016, beam search, K = 4: "],
+        "charts": 0,
+        "model_cell": False,
+    },
+    # more than one GPU: no model; two CPU processes trained live, and the H100's shipped figures
+    "11_5_more_than_one_gpu.ipynb": {
+        "skipped": 0,
+        "lines": ["2 processes, 1 GPU: error: torchrun started 2 processes"],
         "charts": 0,
         "model_cell": False,
     },
