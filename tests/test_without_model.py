@@ -4,8 +4,8 @@ Each page of the chapter is executed as Colab would open it, alone in an empty f
 ``$AIAYN_MODEL``, an empty cache and every download refused (a proxy that nothing answers), so
 ``load_published`` fails as it does for a reader without the release. Each page's model cell must print
 its paragraph on how to get the model (once), the cells that need the model one line each, and nothing may
-end in an error or a traceback. (11.4 and 11.5 have no model cell: 11.4's translator runs in the reader's browser, 11.5 trains
-its own small model.)
+end in an error or a traceback. (11.4 and 11.5 have no model cell: 11.4's translator runs in the
+reader's browser, 11.5 trains its own small model.)
 """
 
 from __future__ import annotations
