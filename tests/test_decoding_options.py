@@ -233,6 +233,18 @@ def test_onednn_linear_leaves_gradients_and_other_dtypes_to_pytorch():
     assert double.dtype == torch.float64 and layer.weight.grad is not None
 
 
+def test_onednn_self_check_answers_alike_inside_bfloat16_autocast():
+    """Decoding with ``amp_dtype=torch.bfloat16`` may be the first to ask: the check stays float32."""
+    outside = onednn_available()
+    onednn_available.cache_clear()
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            inside = onednn_available()
+    finally:
+        onednn_available.cache_clear()
+    assert inside == outside == onednn_available()
+
+
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_decoding_same_tokens_with_and_without_onednn(beam_size):
     model = tiny_model()

@@ -88,12 +88,14 @@ def onednn_available() -> bool:
     x, w, b = (
         torch.randn(*shape, generator=g) for shape in ((3, 8), (5, 8), (5,))
     )
-    try:
-        with torch.no_grad(), onednn_linear():
-            y = F.linear(x, w, b)
-    except (RuntimeError, TypeError):
-        return False
-    return torch.allclose(y, x @ w.T + b, atol=1e-5)
+    # float32 throughout, even when first asked inside an autocast block
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        try:
+            with onednn_linear():
+                y = F.linear(x, w, b)
+        except (RuntimeError, TypeError):
+            return False
+        return torch.allclose(y, F.linear(x, w, b), atol=1e-5)
 
 
 class onednn_linear(
