@@ -364,9 +364,10 @@ def translate(
         amp_dtype: run under ``torch.autocast`` with this dtype (``torch.bfloat16`` on CUDA is
             faster). On a CPU only ``torch.bfloat16``, and only where the CPU has it natively
             (``cpu_has_native_bf16``). It changes a few translations, so it is off by default:
-            measured with the published model on one thread of a CPU with AVX512-BF16, 1.7x
-            faster (300 test sentences, beam 4), 971 of the 1,014 val translations (95.8 %)
-            identical to float32, sacreBLEU 39.59 against 39.53 (``tools/measure_decoding.py``).
+            measured with the published model on one thread of a CPU with AVX512-BF16, 1.4x
+            faster than float32 with oneDNN (the 1,000 test sentences, beam 4), 969 of the 1,014
+            val translations (95.6 %) identical to float32, sacreBLEU 39.55 against 39.53
+            (``tools/measure_decoding.py``).
         fast: decode with every fast path on (``layers.set_fast``: fused attention, packed q/k/v,
             ``F.layer_norm``), restored afterwards; ``None``: when the model's config has
             ``fused_attention`` on, as the trained runs do.
@@ -375,7 +376,8 @@ def translate(
             every row computed until the batch's last sentence ends; same translations).
         quantize: ``"int8"``: decode with ``int8_copy(model)`` (CPU only; the model passed in is
             not changed). It changes a few translations, so it is off by default: measured as
-            above, 2.0x faster, 900 of 1,014 (88.8 %) identical, sacreBLEU 39.54 against 39.53.
+            above, 1.7x faster, 900 of 1,014 (88.8 %) identical, sacreBLEU 39.43 against 39.53.
+            Its activations are scaled per batch, so a translation depends on its batch-mates.
         onednn: on an x86 CPU, the float32 linear layers run on oneDNN's product
             (``decoding.onednn_linear``), twice as fast as PyTorch's MKL one on an AMD EPYC; the
             same sums in another order: all 1,000 test and 1,014 val translations of the
