@@ -224,6 +224,35 @@ class RunFolder:
                 "start the run afresh"
             ) from None
 
+    def read_results(self) -> dict[str, Any]:
+        """``results.json`` (``{}`` without one); a damaged one is refused with the fix.
+
+        It holds only scores, which ``python -m aiayn.evaluate`` writes again: the fix is to remove
+        it and evaluate again, never to train again.
+        """
+        path = self.file(RESULTS)
+        if not path.is_file():
+            return {}
+        fix = (
+            "remove that file (it holds only scores, which python -m "
+            "aiayn.evaluate writes again) and evaluate the run again"
+        )
+        try:
+            results = json.loads(self.read_verified(RESULTS))
+        except RunFolderError:
+            raise RunFolderError(
+                f"{path} does not match {MANIFEST} (damaged or replaced); {fix}"
+            ) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise RunFolderError(
+                f"{path} is damaged (not valid JSON: {err}); {fix}"
+            ) from None
+        if not isinstance(results, dict):
+            raise RunFolderError(
+                f"{path} is not a JSON object of results; {fix}"
+            )
+        return results
+
     def read_config(self) -> TrainConfig:
         """The run's ``TrainConfig`` (old flat ``config.json`` files too)."""
         values = self.read_json(CONFIG)
@@ -303,6 +332,8 @@ class RunFolder:
                         ) from None
                     raise
             self._lock_file = f
+            # another command may have written into the folder since the manifest was read
+            self._manifest = None
             self.remove_stale_temporaries()
             yield self
         finally:

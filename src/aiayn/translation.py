@@ -41,7 +41,6 @@ from .presets import TrainConfig, build_model
 from .runs import (
     CHECKPOINT,
     CONFIG,
-    MANIFEST,
     RESULTS,
     TOKENIZER,
     RunFolder,
@@ -593,7 +592,7 @@ def evaluate(
     out = run if out_dir is None else RunFolder(out_dir)
     _check_writable(out, out_dir is None)
     _check_results_of(out, run)
-    _read_results(out)  # a damaged results.json is found before decoding
+    out.read_results()  # a damaged results.json is found before decoding
 
     dtypes = (None, torch.bfloat16, torch.float16)
     if amp_dtype != "config" and amp_dtype not in dtypes:
@@ -746,65 +745,55 @@ def _check_writable(out: RunFolder, is_run: bool) -> None:
             pass
 
 
-def _read_results(out: RunFolder) -> dict[str, Any]:
-    """The folder's ``results.json`` (``{}`` without one); a damaged one is refused with the fix."""
-    if not out.file(RESULTS).is_file():
-        return {}
-    fix = (
-        "remove that file (it holds only scores, which evaluate writes "
-        "again) and run evaluate again"
-    )
-    try:
-        results = json.loads(out.read_verified(RESULTS))
-    except RunFolderError:
-        raise RunFolderError(
-            f"{out.file(RESULTS)} does not match {MANIFEST} (damaged or "
-            f"replaced); {fix}"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunFolderError(
-            f"{out.file(RESULTS)} is damaged (not valid JSON: {err}); {fix}"
-        ) from None
-    if not isinstance(results, dict):
-        raise RunFolderError(
-            f"{out.file(RESULTS)} is not a JSON object of results; {fix}"
-        )
-    return results
-
-
 def _results_of(run: RunFolder) -> str:
     """What a folder of results names as its run: the run's id, else its resolved path."""
     return run.run_id() or str(run.path.resolve())
 
 
-def _check_results_of(out: RunFolder, run: RunFolder) -> None:
-    """Results of one run never go into another run's folder, or beside another run's results."""
+def _check_results_of(
+    out: RunFolder, run: RunFolder, saving: bool = False
+) -> None:
+    """Results of one run never go into another run's folder, or beside another run's results.
+
+    Checked before decoding, and again under the folder's lock when saving (``saving``): another
+    command may have saved there in between.
+    """
     if out is run or not out.has_manifest():
         return
+    later = (
+        " (another command wrote there while this one decoded; nothing was saved)"
+        if saving
+        else ""
+    )
     if out.listed(CONFIG) or out.file(CONFIG).is_file():
         if out.path.resolve() != run.path.resolve():
             raise RunFolderError(
-                f"--out {out.path} is another run's folder; its results.json would mix the "
-                f"scores of two runs. Choose a new or empty folder for the results of {run.path}"
+                f"--out {out.path} is another run's folder{later}; its results.json would mix "
+                f"the scores of two runs. Choose a new or empty folder for the results of {run.path}"
             )
         return
     source = out.manifest().get("results_of")
     if source is not None and source != _results_of(run):
         raise RunFolderError(
-            f"--out {out.path} holds the results of another run ({source}); choose a new or "
-            f"empty folder for the results of {run.path}"
+            f"--out {out.path} holds the results of another run ({source}){later}; choose a "
+            f"new or empty folder for the results of {run.path}"
         )
 
 
 def _save(
     out: RunFolder, run: RunFolder, result: EvalResult, hypotheses: list[str]
 ) -> None:
-    """Add the result to ``results.json`` and write the translations, under the folder's lock."""
+    """Add the result to ``results.json`` and write the translations, under the folder's lock.
+
+    The manifest is read again under the lock, and whose results the folder holds checked again:
+    two commands that decode into one new folder at once never mix or overwrite their results.
+    """
     with out.locked():
+        _check_results_of(out, run, saving=True)
         if not out.has_manifest():
             out.start(None)  # a new folder of results (a run folder has one)
             out.manifest()["results_of"] = _results_of(run)
-        results = _read_results(out)
+        results = out.read_results()
         out.write(
             result.hypotheses_file,
             "".join(h.replace("\n", " ") + "\n" for h in hypotheses),
