@@ -19,7 +19,7 @@ from aiayn.bleu import corpus_bleu
 from aiayn.data import load_multi30k
 from aiayn.recipes import train
 from aiayn.runs import RunFolder
-from aiayn.translation import evaluate
+from aiayn.translation import evaluate, is_blank, source_ids, translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -147,3 +147,24 @@ def test_one_run_evaluated_twice_at_once_keeps_both_settings(two_runs, tmp_path,
         (setting,) = (s for s in results if f"saved as {s!r}" in d.stdout)
         assert results[setting]["bleu"] == pytest.approx(scored(d.stdout), abs=0.005)
         assert results[setting]["hypotheses_file"] in manifest["files"]
+
+
+# --- C. Sentences of invisible characters are blank ------------------------------------------------
+
+# whitespace to str.isspace (non-breaking, ideographic, narrow no-break space, line separator) and
+# the zero-width characters: none of them is anything to translate
+INVISIBLE = ["", " ", "\t\n", "\u00a0", "\u00a0 \u00a0", "\u3000", "\u202f", "\u2028", "\u200b", "\u200c\u200d",
+             "\u2060", "\ufeff", " \u200b\u00a0\t"]  # fmt: skip
+
+
+def test_whitespace_and_zero_width_characters_alone_are_blank():
+    assert all(is_blank(s) for s in INVISIBLE)
+    assert not any(is_blank(s) for s in ["a", "\u00a0a\u00a0", "\u200bx", ".", "\U0001f600", "\u2047"])
+
+
+def test_a_sentence_of_invisible_characters_translates_to_nothing(published):
+    model, tokenizer = published  # for "\u00a0" it invented "There are a three people on a mill."
+    got = translate(model, tokenizer, ["Ein Hund.", *INVISIBLE, "Zwei Männer."], beam=1)
+    assert got[1:-1] == [""] * len(INVISIBLE)
+    assert got[0] and got[-1]
+    assert source_ids(tokenizer, INVISIBLE, model.config.max_len) == [None] * len(INVISIBLE)

@@ -52,6 +52,8 @@ from .training import amp_dtype_for, mean_loss
 __all__ = [
     "average_checkpoints",
     "load_run",
+    "ZERO_WIDTH",
+    "is_blank",
     "source_ids",
     "translate",
     "QUANTIZE",
@@ -160,6 +162,19 @@ def load_run(
     return cfg, tokenizer, model.to(device).eval(), sources
 
 
+# characters that take no room: zero-width space, non-joiner and joiner, word joiner, byte-order mark
+ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+
+
+def is_blank(sentence: str) -> bool:
+    """True when ``sentence`` holds nothing to translate: only whitespace and zero-width characters.
+
+    Whitespace is what ``str.isspace`` says it is (spaces, tabs, newlines, non-breaking spaces ...),
+    zero-width characters are ``ZERO_WIDTH``; ``""`` is blank.
+    """
+    return all(c.isspace() or c in ZERO_WIDTH for c in sentence)
+
+
 def source_ids(
     tokenizer: Tokenizer,
     sentences: Sequence[str],
@@ -168,8 +183,9 @@ def source_ids(
 ) -> list[list[int] | None]:
     """Each sentence's ids ending in ``<eos>``, or ``None`` where there is nothing to translate.
 
-    A blank sentence, or one with no piece the model knows (only ``<unk>`` and word boundaries,
-    e.g. emoji), gives ``None``: its translation is ``""``, not one the model would invent. A
+    A blank sentence (``is_blank``: only whitespace, non-breaking spaces included, and zero-width
+    characters), or one with no piece the model knows (only ``<unk>`` and word boundaries, e.g.
+    emoji), gives ``None``: its translation is ``""``, not one the model would invent. A
     sentence longer than the model's ``max_len`` positions (``<eos>`` included) is refused with
     its length, or, with ``cut_long``, cut there with a warning that says how much was dropped.
     """
@@ -185,7 +201,8 @@ def source_ids(
     boundary = tokenizer.piece_to_id("\u2581")  # "▁", a word boundary alone
     ids: list[list[int] | None] = []
     for i, pieces in enumerate(tokenizer.encode_batch(list(sentences))):
-        if all(p in (UNK, boundary) for p in pieces):
+        unknown = all(p in (UNK, boundary) for p in pieces)
+        if unknown or is_blank(sentences[i]):
             ids.append(None)
             continue
         if len(pieces) + 1 > max_len:
