@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -148,9 +149,9 @@ class AtomicWriter:
     The bytes go to a temporary ``.<name>.<random>.tmp`` in the same folder and are hashed on
     the way (no second read). ``finish()`` flushes them to disk and returns the ``WrittenFile``
     still under the temporary name, so that a manifest can note what is coming; leaving the
-    ``with`` block renames the file over ``path`` (``os.replace``). On any error, Ctrl-C
-    included, the temporary file is removed; only a killed process can leave one behind, and
-    ``aiayn.runs`` removes those of its own files.
+    ``with`` block renames the file over ``path`` (``os.replace``). On any error, a full disk and
+    Ctrl-C included, the temporary file is removed; only a killed process can leave one behind,
+    and ``aiayn.runs`` removes those of its own files.
 
         with AtomicWriter(path) as w:
             w.write(data)
@@ -184,31 +185,52 @@ class AtomicWriter:
         for i in range(0, len(view), 1 << 23):
             piece = view[i : i + (1 << 23)]
             self.hash.update(piece)
-            self.f.write(piece)
+            with self._naming_the_file():
+                self.f.write(piece)
             self.size += len(piece)
 
     def finish(self) -> WrittenFile:
         """Flush to disk; the file keeps its temporary name until the ``with`` block ends."""
         if self.written is None:
-            self.f.flush()
-            os.fsync(self.f.fileno())
-            self.f.close()
+            with self._naming_the_file():
+                self.f.flush()
+                os.fsync(self.f.fileno())
+                self.f.close()
             self.written = WrittenFile(
                 self.path, self.size, self.hash.hexdigest()
             )
         return self.written
 
     def __exit__(self, kind, error, traceback) -> None:
-        if kind is None:
-            try:
+        try:
+            if kind is None:
                 self.finish()
                 os.replace(self.tmp, self.path)
                 return
-            except BaseException:
-                Path(self.tmp).unlink(missing_ok=True)
+        except BaseException:
+            self._discard()
+            raise
+        self._discard()
+
+    @contextlib.contextmanager
+    def _naming_the_file(self):
+        """Give an ``OSError`` that names no file (a full disk's) the destination's name."""
+        try:
+            yield
+        except OSError as err:
+            if err.filename is not None:
                 raise
-        self.f.close()
-        Path(self.tmp).unlink(missing_ok=True)
+            raise OSError(err.errno, err.strerror, str(self.path)) from None
+
+    def _discard(self) -> None:
+        """Close and remove the temporary file, even when closing fails (a full disk)."""
+        try:
+            # closing flushes what is buffered, which fails again on a full disk; the error
+            # that is already on its way is the one to report
+            with contextlib.suppress(OSError):
+                self.f.close()
+        finally:
+            Path(self.tmp).unlink(missing_ok=True)
 
 
 def atomic_write(
