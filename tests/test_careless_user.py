@@ -6,20 +6,30 @@ invisible characters, a disk that fills while a file is written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_runs import TINY, copy_run
+import torch
+from test_runs import PUBLISHED, TINY, copy_run
 
 from aiayn.bleu import corpus_bleu
 from aiayn.data import load_multi30k
+from aiayn.published import load_published
 from aiayn.recipes import train
 from aiayn.runs import RunFolder
-from aiayn.translation import evaluate, is_blank, source_ids, translate
+from aiayn.translation import (
+    average_checkpoints,
+    evaluate,
+    is_blank,
+    source_ids,
+    translate,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -267,3 +277,103 @@ def test_after_a_full_disk_the_same_command_says_how_to_start_again(filled, cach
     done = subprocess.run(command, env=env(cache), capture_output=True, text=True, timeout=300)
     one_error(done, f"--out {run} holds the files of an earlier command (epoch-001.pt) but no checkpoint.pt",
               "--no-resume --overwrite")  # fmt: skip
+
+
+# --- B. Messages that name the file and say what to do ------------------------------------------------
+
+
+class Calls:
+    """Pickled, it asks the loader to call ``os.system(command)``: no weights file does."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def published_copy(dest: Path) -> Path:
+    """A copy of the published run folder (read and written only by the test)."""
+    copy = copy_run(PUBLISHED, dest)
+    for p in [copy, *copy.iterdir()]:
+        p.chmod(p.stat().st_mode | 0o200)
+    return copy
+
+
+def sums(folder: Path, *names: str) -> None:
+    """Write the folder's ``SHA256SUMS`` of ``names``, as a release holds them."""
+    lines = [f"{hashlib.sha256((folder / n).read_bytes()).hexdigest()}  {n}\n" for n in names]
+    (folder / "SHA256SUMS").write_text("".join(lines))
+
+
+def published_cli(*argv: str, cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aiayn.published", *argv], env=env(cache),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_weights_that_would_run_code_are_refused_by_name(tmp_path, cache):
+    run = published_copy(tmp_path / "run")
+    weights = run / "multi30k-averaged-fp16.pt"
+    ran = tmp_path / "it-ran"
+    torch.save({"model": Calls(f"touch {ran}"), "config": {}}, weights)
+    done = published_cli("release", str(run), "--out", str(tmp_path / "release"), cache=cache)
+    err = one_error(done, f"error: {weights} is not a weights file: loading it would call posix.system,",
+                    "restore it from the release it came from")  # fmt: skip
+    assert "weights_only" not in err and not ran.exists() and not (tmp_path / "release").exists()
+    # a release of it, its sums right: load_published refuses it the same way
+    sums(run, "config.json", "tokenizer.model", weights.name)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(weights))} is not a weights file: .*posix.system.*"
+                                         r"copy it from the release again$") as refused:  # fmt: skip
+        load_published(run, download=False)
+    assert "weights_only" not in str(refused.value) and not ran.exists()
+    weights.write_bytes(b"\x80\x02}q\x00" + bytes(range(256)))  # damaged
+    sums(run, "config.json", "tokenizer.model", weights.name)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(weights))} is damaged or not a weights file"):
+        load_published(run, download=False)
+
+
+def test_a_damaged_results_json_is_removed_and_evaluated_again_not_trained_again(tmp_path, cache):
+    run = published_copy(tmp_path / "run")
+    (run / "results.json").write_text('{"test2016": {"bleu": 3')  # cut off
+    done = published_cli("release", str(run), "--out", str(tmp_path / "release"), cache=cache)
+    err = one_error(done, f"error: {run / 'results.json'} is damaged (not valid JSON",
+                    "remove that file (it holds only scores, which python -m aiayn.evaluate writes again) and "
+                    "evaluate the run again")  # fmt: skip
+    assert "afresh" not in err and "train" not in err.replace("aiayn.evaluate", "")
+
+
+def test_checkpoints_of_other_shapes_are_not_averaged_and_both_are_named(tmp_path):
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save({"model": {"bias": torch.zeros(3), "w": torch.zeros(64, 8)}}, a)
+    torch.save({"model": {"bias": torch.zeros(3), "w": torch.zeros(32, 8)}}, b)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(a))} holds w of shape \(64, 8\), {re.escape(str(b))} "
+                                         r"of shape \(32, 8\): checkpoints of different models cannot be averaged$"):
+        average_checkpoints([a, b])  # fmt: skip
+    torch.save({"model": {"w": torch.zeros(32, 8)}}, a)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(a))} holds no 'bias', which {re.escape(str(b))} holds"):
+        average_checkpoints([a, b])
+
+
+@pytest.mark.xfail(strict=True, reason="needs the checkpoints.py patch of issue 34 (read_checkpoint's message)")
+def test_a_checkpoint_that_would_run_code_is_refused_without_torchs_advice(tmp_path):
+    path = tmp_path / "epoch-001.pt"
+    torch.save({"model": Calls(f"touch {tmp_path / 'it-ran'}")}, path)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is not a weights file") as refused:
+        average_checkpoints([path])
+    assert "weights_only" not in str(refused.value)
+
+
+def test_distributed_check_with_a_wrong_count_says_so_in_one_line(cache):
+    for n, shown in (("abc", "'abc'"), ("0", "0")):
+        done = subprocess.run([sys.executable, "-m", "aiayn.distributed", "check", n], env=env(cache),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.stderr == (f"error: argument n: expected an integer >= 1, got {shown} "
+                               "(see python -m aiayn.distributed check --help)\n")  # fmt: skip
+        assert done.returncode == 2 and done.stdout == ""
+
+
+def test_bench_checks_its_json_path_before_the_benchmark(tmp_path, cache):
+    done = subprocess.run([sys.executable, "-m", "aiayn.bench", "--device", "cpu", "--json", str(tmp_path)],
+                          env=env(cache), capture_output=True, text=True, timeout=120)  # fmt: skip
+    one_error(done, f"error: --json {tmp_path} is a folder; give a file name, e.g. --json {tmp_path / 'bench.json'}")
+    assert done.stdout == ""  # no benchmark ran

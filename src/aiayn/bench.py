@@ -1081,13 +1081,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_json_path(path: Path) -> None:
+    """Refuse a ``--json`` path the results cannot be written to: a folder, or in no writable folder."""
+    folder = path.parent
+    if path.is_dir():
+        raise ValueError(
+            f"--json {path} is a folder; give a file name, e.g. "
+            f"--json {path / 'bench.json'}"
+        )
+    if not folder.is_dir():
+        what = "is a file" if folder.exists() else "does not exist"
+        raise ValueError(f"--json {path}: the folder {folder} {what}")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(
+            f"--json {path}: the folder {folder} is not writable; choose "
+            "another"
+        )
+
+
 def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.json is not None and not args.json.parent.is_dir():
-        raise ValueError(
-            f"--json {args.json}: the folder {args.json.parent} does not exist"
-        )
+    if args.json is not None:
+        _check_json_path(args.json)  # before the benchmark, not after it
     sizes = {
         k: getattr(args, k)
         for k in (

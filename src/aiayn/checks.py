@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
@@ -21,6 +22,7 @@ __all__ = [
     "AtomicWriter",
     "WrittenFile",
     "sha256_file",
+    "unreadable_weights",
     "resolve_device",
     "Record",
 ]
@@ -255,6 +257,26 @@ def sha256_file(path: str | os.PathLike) -> tuple[int, str]:
             h.update(chunk)
             size += len(chunk)
     return size, h.hexdigest()
+
+
+def unreadable_weights(label: str, err: Exception) -> str:
+    """Why ``torch.load(..., weights_only=True)`` refused the file ``label``, in one line.
+
+    It names the file and never passes on torch's advice to load with ``weights_only=False``,
+    which would run whatever the file asks: a file that asks to call a function is no weights
+    file, and says which function it asks for.
+    """
+    asked = re.search(r"GLOBAL ([\w.]+)", str(err))
+    if asked is not None:
+        return (
+            f"{label} is not a weights file: loading it would call "
+            f"{asked.group(1)}, and a weights file holds only tensors and "
+            "numbers, so it is not loaded"
+        )
+    return (
+        f"{label} is damaged or not a weights file (it cannot be read as "
+        f"tensors: {type(err).__name__})"
+    )
 
 
 def resolve_device(device: torch.device | str | None) -> torch.device:

@@ -345,17 +345,47 @@ def check_equivalence(n: int = 2, steps: int = 5) -> float:
     return max(float((ranks[k] - one[k]).abs().max()) for k in one)
 
 
+def _parser():
+    from . import cli
+
+    p = cli.parser(
+        "python -m aiayn.distributed",
+        "Check that N CPU ranks train as one process would.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    check = sub.add_parser(
+        "check",
+        help="5 SGD steps on N CPU ranks and on one process: the largest "
+        "difference of their weights",
+    )
+    check.add_argument(
+        "n",
+        nargs="?",
+        type=cli.positive_int,
+        default=2,
+        help="CPU ranks (default 2)",
+    )
+    check.add_argument("--debug", action="store_true")
+    return p
+
+
+def _check(args) -> None:
+    diff = check_equivalence(args.n)
+    print(
+        f"{args.n} CPU ranks vs one process, 5 SGD steps: max |weight difference| = {diff:.2e}"
+    )
+
+
 def _main(argv: Sequence[str]) -> None:
-    if argv[:1] == ["worker"]:
+    """``python -m aiayn.distributed check [N]``: a wrong argument prints one ``error:`` line."""
+    from . import cli
+
+    if argv[:1] == [
+        "worker"
+    ]:  # one rank of the check, started by launch_cpu
         _check_worker(argv[1], int(argv[2]))
-    elif argv[:1] == ["check"]:
-        n = int(argv[1]) if len(argv) > 1 else 2
-        diff = check_equivalence(n)
-        print(
-            f"{n} CPU ranks vs one process, 5 SGD steps: max |weight difference| = {diff:.2e}"
-        )
     else:
-        raise SystemExit("usage: python -m aiayn.distributed check [N]")
+        cli.run(_parser(), argv, _check)
 
 
 if __name__ == "__main__":

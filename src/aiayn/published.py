@@ -57,7 +57,12 @@ from typing import Any, NamedTuple
 import torch
 
 from . import cli
-from .checks import AtomicWriter, atomic_write, sha256_file
+from .checks import (
+    AtomicWriter,
+    atomic_write,
+    sha256_file,
+    unreadable_weights,
+)
 from .data import urlopen_pieces
 
 __all__ = [
@@ -400,6 +405,38 @@ def upgrade_state_dict(
     return out
 
 
+def _read_weights(
+    path: Path, data: bytes | None = None, fix: str = ""
+) -> dict[str, Any]:
+    """The weights in ``path`` (or its bytes); a file that holds none is refused by name.
+
+    Args:
+        path: the file, named in errors.
+        data: its bytes, when already read.
+        fix: what to do, appended to an error.
+    """
+    import io
+
+    try:
+        saved = torch.load(
+            path if data is None else io.BytesIO(data),
+            map_location="cpu",
+            weights_only=True,
+        )
+    except Exception as err:  # pickle, zip and torch errors alike
+        raise ValueError(
+            f"{unreadable_weights(str(path), err)}; {fix}"
+        ) from None
+    if not isinstance(saved, dict) or not isinstance(
+        saved.get("model"), dict
+    ):
+        raise ValueError(
+            f"{path} is not a weights file of aiayn (expected a dict with a "
+            f"'model' state, got {type(saved).__name__}); {fix}"
+        )
+    return saved
+
+
 def _train_config(values: dict[str, Any]):
     """The run's ``TrainConfig`` (``from_dict`` reads older config layouts)."""
     from .recipes import TrainConfig
@@ -435,7 +472,7 @@ def load_published(
         root, download=download, downloader=downloader
     )
     weights = _weights_file(directory)
-    saved = torch.load(weights, map_location="cpu", weights_only=True)
+    saved = _read_weights(weights, fix="copy it from the release again")
     config_file = json.loads((directory / "config.json").read_text())
     if saved["config"] != config_file:
         raise ValueError(
@@ -530,8 +567,9 @@ def _release_weights(
     if not (run / "checkpoint.pt").is_file():
         (path,) = sorted(run.glob(f"*{WEIGHTS_SUFFIX}"))
         data = path.read_bytes()
-        saved = torch.load(io.BytesIO(data), map_location="cpu",
-                           weights_only=True)  # fmt: skip
+        saved = _read_weights(
+            path, data, "restore it from the release it came from"
+        )
         return path.name, data, list(saved.get("averaged", [path.name]))
     _, _, model, sources = load_run(run, "cpu", average=True)
     state = {
@@ -646,11 +684,12 @@ def _check_run(run: Path):
         )
     folder = RunFolder(run)
     cfg = folder.read_config()
-    results = folder.read_json("results.json")
-    if not isinstance(results, dict) or "test2016" not in results:
+    # a damaged results.json: remove it and evaluate again (it holds only scores)
+    results = folder.read_results()
+    if "test2016" not in results:
         raise ReleaseError(
             f"{run / 'results.json'} has no 'test2016' entry (it has "
-            f"{sorted(results) if isinstance(results, dict) else results!r}): "
+            f"{sorted(results)}): "
             f"evaluate the run with its own settings first (python -m "
             f"aiayn.evaluate {run} --split test2016)"
         )

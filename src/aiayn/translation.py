@@ -91,6 +91,7 @@ def average_checkpoints(
     states = [
         _weights(RunFolder(Path(p).parent), Path(p))["model"] for p in paths
     ]
+    _check_same_shapes(paths, states)
     mean = {}
     for key, value in states[-1].items():
         if (
@@ -101,6 +102,30 @@ def average_checkpoints(
         else:
             mean[key] = value
     return mean
+
+
+def _check_same_shapes(
+    paths: Sequence[str | os.PathLike], states: list[dict[str, Any]]
+) -> None:
+    """Refuse, naming both files, weights that cannot be averaged with the last file's."""
+    last = paths[-1]
+    for path, state in zip(paths, states, strict=True):
+        for key, value in states[-1].items():
+            if key not in state:
+                raise ValueError(
+                    f"{path} holds no {key!r}, which {last} holds: checkpoints of "
+                    "different models cannot be averaged"
+                )
+            if isinstance(value, torch.Tensor) and (
+                not isinstance(state[key], torch.Tensor)
+                or state[key].shape != value.shape
+            ):
+                shape = tuple(getattr(state[key], "shape", ()))
+                raise ValueError(
+                    f"{path} holds {key} of shape {shape}, {last} of shape "
+                    f"{tuple(value.shape)}: checkpoints of different models "
+                    "cannot be averaged"
+                )
 
 
 def load_run(
