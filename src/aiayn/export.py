@@ -25,13 +25,15 @@ steps. Both are as far from float32; the manifest's BLEU is the Python one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,49 @@ BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
 def graph_file(name: str, int8: bool) -> str:
     """``encoder.onnx``, ``decoder.int8.onnx`` ..."""
     return f"{name}.int8.onnx" if int8 else f"{name}.onnx"
+
+
+class _NoBar:
+    """What ``_bar`` gives when no bar is shown."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *error) -> None:
+        pass
+
+
+def _bar(total: int, desc: str, unit: str, progress: bool):
+    """A tqdm bar on a terminal; none with ``progress=False``, off a terminal or without tqdm."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm comes with the book's extras
+        return _NoBar()
+    if not progress:
+        return _NoBar()
+    # disable=None: no bar when stderr is not a terminal (a log file, a pipe)
+    return tqdm(total=total, desc=desc, unit=unit, disable=None,
+                dynamic_ncols=True, leave=False)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """Hold the loggers ``names`` (``""``: the root) to errors: the exporters' notes are not ours."""
+    loggers = [logging.getLogger(n or None) for n in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 # --- The graphs -----------------------------------------------------------------------------------
@@ -118,11 +163,14 @@ def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
     program.save(str(path))
 
 
-def export_graphs(model: nn.Module, out: Path) -> list[Path]:
+def export_graphs(
+    model: nn.Module, out: Path, progress: bool = False
+) -> list[Path]:
     """Write ``encoder.onnx`` and ``decoder.onnx`` (float32) with symbolic batch and lengths.
 
     The examples have batch 2 and lengths above 1, so that no dimension is specialised to 0 or 1.
-    The model is left in eval mode (dropout off), with the attention path it had.
+    The model is left in eval mode (dropout off), with the attention path it had. ``progress``:
+    a bar over the two graphs.
     """
     import warnings
 
@@ -137,9 +185,12 @@ def export_graphs(model: nn.Module, out: Path) -> list[Path]:
         set_fused(model, False),  # the explicit path keeps the weights
         torch.no_grad(),
         warnings.catch_warnings(),
+        _quiet("torch.onnx"),
+        _bar(2, "ONNX export", "graph", progress) as bar,
     ):
         warnings.simplefilter("ignore")  # the exporter's notes
         memory = EncoderGraph(model)(src)[0]
+        bar.set_postfix_str(encoder.name)
         _save_graph(
             EncoderGraph(model),
             (src,),
@@ -148,6 +199,8 @@ def export_graphs(model: nn.Module, out: Path) -> list[Path]:
             [{0: batch, 1: S}],
             encoder,
         )
+        bar.update()
+        bar.set_postfix_str(decoder.name)
         _save_graph(
             DecoderGraph(model),
             (memory, src, prefix),
@@ -156,24 +209,29 @@ def export_graphs(model: nn.Module, out: Path) -> list[Path]:
             [{0: batch, 1: S}, {0: batch, 1: S}, {0: batch, 1: T}],
             decoder,
         )
+        bar.update()
     model.eval()
     return [encoder, decoder]
 
 
-def quantize_graphs(out: Path) -> list[Path]:
+def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
     """int8 copies of both graphs: the weights of every matrix product and the embedding table as
     int8 with a scale, activations quantized on the fly (``quantize_dynamic``)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     paths = []
-    for name in GRAPHS:
-        target = out / graph_file(name, True)
-        quantize_dynamic(
-            out / graph_file(name, False),
-            target,
-            weight_type=QuantType.QInt8,
-        )
-        paths.append(target)
+    # onnxruntime advises pre-processing through the root logger, once a graph
+    with _quiet(""), _bar(2, "int8", "graph", progress) as bar:
+        for name in GRAPHS:
+            target = out / graph_file(name, True)
+            bar.set_postfix_str(target.name)
+            quantize_dynamic(
+                out / graph_file(name, False),
+                target,
+                weight_type=QuantType.QInt8,
+            )
+            paths.append(target)
+            bar.update()
     return paths
 
 
@@ -231,6 +289,8 @@ def export(
     settings: dict[str, Any],
     out: str | os.PathLike,
     source: dict[str, Any] | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Write the graphs, their int8 copies, ``tokenizer.json``, ``translator.json`` and a manifest.
 
@@ -240,6 +300,8 @@ def export(
         settings: ``beam``, ``length_penalty``, ``max_len_a``, ``max_len_b``, ``max_len``.
         out: the folder (created).
         source: what the weights are (recorded in the manifest).
+        progress: progress bars on a terminal.
+        log: called with a line before and after each step (e.g. ``print``).
 
     Returns:
         The manifest (no BLEU yet: ``score_files`` adds it).
@@ -247,14 +309,23 @@ def export(
     import onnx
     import onnxruntime
 
+    say = log or (lambda line: None)
     out = Path(out)
+    record = tokenizer_record(tokenizer)  # refuses now, not after the graphs
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    export_graphs(model, out)
-    quantize_graphs(out)
+    say("exporting the float32 graphs (encoder.onnx, decoder.onnx) ...")
+    export_graphs(model, out, progress)
+    say(
+        f"exported the float32 graphs in {time.perf_counter() - started:.0f} s"
+    )
+    step = time.perf_counter()
+    say("quantizing them to int8 (encoder.int8.onnx, decoder.int8.onnx) ...")
+    quantize_graphs(out, progress)
+    say(f"quantized in {time.perf_counter() - step:.0f} s")
     atomic_write(
         out / TOKENIZER_JSON,
-        json.dumps(tokenizer_record(tokenizer), ensure_ascii=False).encode(),
+        json.dumps(record, ensure_ascii=False).encode(),
     )
     atomic_write(
         out / SETTINGS_JSON, json.dumps(settings, indent=1).encode()
@@ -538,8 +609,13 @@ def translate(
     settings: dict[str, Any],
     beam: int | None = None,
     workers: int = 1,
+    progress: bool = False,
+    desc: str = "translate",
 ) -> list[str]:
-    """Translate ``sentences`` one by one (``workers`` at a time); a sentence with no known piece gives ``""``."""
+    """Translate ``sentences`` one by one (``workers`` at a time); a sentence with no known piece gives ``""``.
+
+    ``progress``: a bar over the sentences, named ``desc``.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     def one(text: str) -> str:
@@ -550,8 +626,16 @@ def translate(
             vocab, translate_ids(model, vocab, ids, settings, beam)
         )
 
-    with ThreadPoolExecutor(workers) as pool:  # onnxruntime releases the GIL
-        return list(pool.map(one, sentences))
+    pool = ThreadPoolExecutor(workers)  # onnxruntime releases the GIL
+    outputs = []
+    try:
+        with _bar(len(sentences), desc, "sentence", progress) as bar:
+            for text in pool.map(one, sentences):
+                outputs.append(text)
+                bar.update()
+    finally:  # on Ctrl-C, the sentences not started are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
+    return outputs
 
 
 def score_files(
@@ -560,8 +644,12 @@ def score_files(
     int8: bool = True,
     beams: Sequence[int] = (1, 4),
     workers: int = 2,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs."""
+    """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs.
+
+    ``progress``: a bar over the sentences of each beam size.
+    """
     from sacrebleu.metrics import BLEU
 
     folder = Path(folder)
@@ -571,8 +659,9 @@ def score_files(
     scores = {}
     for beam in beams:
         started = time.perf_counter()
+        name = f"{'int8' if int8 else 'fp32'} beam{beam}"
         hypotheses = translate(
-            model, vocab, sources, settings, beam, workers
+            model, vocab, sources, settings, beam, workers, progress, name
         )
         bleu = BLEU()
         scores[f"beam{beam}"] = {
