@@ -20,18 +20,34 @@ The tests hold the two equal token for token on the float32 files. On the int8 f
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
 than its WebAssembly build, and activations quantized on the fly turn such differences into rounding
 steps. Both are as far from float32; the manifest's BLEU is the Python one.
+
+The command follows the rules of the others (``aiayn.cli``). ``--out`` is a new or empty folder,
+or an earlier export, which is replaced as a whole (its manifest says ``"format":
+"aiayn-export/1"``); a run folder, a folder of results or a folder with other files is refused.
+RUN, ``--out``, ``--limit`` and the test data are checked before the model is loaded, and a wrong
+one is one ``error: ...`` line with exit status 2. Everything is written into a sibling folder,
+``DIR.unfinished-export-<random>``, renamed to DIR at the end: Ctrl-C or a crash leaves the old
+DIR or none, never half an export, and the next export removes such a leftover. Each step says
+what it does; on a terminal, progress bars show the export, the quantization and the scoring
+(``--no-progress``: none). The manifest names no path of the machine that wrote it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
+import glob
 import hashlib
+import importlib.util
 import json
 import logging
 import math
 import os
-import sys
+import re
+import secrets
+import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,13 +57,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import cli
 from .attention import set_fused
 from .checks import atomic_write
+from .runs import CHECKPOINT, CONFIG, RunFolder, RunFolderError, shown
 
 GRAPHS = ("encoder", "decoder")
 ENCODER_OUTPUTS = ["memory", "encoder_attention"]
 DECODER_OUTPUTS = ["log_probs", "cross_attention", "decoder_attention"]
 MANIFEST = "manifest.json"
+EXPORT_FORMAT = "aiayn-export/1"  # the manifest's "format": how an export is told from others
 TOKENIZER_JSON = "tokenizer.json"
 SETTINGS_JSON = "translator.json"
 BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
@@ -298,7 +317,8 @@ def export(
         model: a ``Transformer`` (any dtype: it is exported as float32, and left in eval mode).
         tokenizer: its ``Tokenizer``.
         settings: ``beam``, ``length_penalty``, ``max_len_a``, ``max_len_b``, ``max_len``.
-        out: the folder (created).
+        out: a new or empty folder (created). The command writes into a temporary one and
+            renames it; see ``main``.
         source: what the weights are (recorded in the manifest).
         progress: progress bars on a terminal.
         log: called with a line before and after each step (e.g. ``print``).
@@ -311,6 +331,12 @@ def export(
 
     say = log or (lambda line: None)
     out = Path(out)
+    if out.is_dir() and any(out.iterdir()):
+        names = sorted(p.name for p in out.iterdir())
+        raise ValueError(
+            f"export writes into a new or empty folder, got {out} holding "
+            f"{shown(names)}"
+        )
     record = tokenizer_record(tokenizer)  # refuses now, not after the graphs
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -332,6 +358,7 @@ def export(
     )
     names = [graph_file(n, q) for q in (False, True) for n in GRAPHS]
     manifest = {
+        "format": EXPORT_FORMAT,
         "what": "the translator as ONNX graphs (aiayn.export); the page downloads the int8 files",
         "source": source or {},
         "settings": settings,
@@ -679,104 +706,463 @@ def score_files(
     return scores
 
 
-def _load(run: str | None):
-    """``(config, tokenizer, model, source)`` of a run folder, or of the published model."""
+# --- The command ----------------------------------------------------------------------------------
+
+# DIR.unfinished-export-<random>: the folder an export writes, renamed to DIR when it is finished
+UNFINISHED = ".unfinished-export-"
+# DIR.replaced-export-<random>: an earlier export, moved aside while the new one takes its place
+REPLACED = ".replaced-export-"
+# what an export holds besides the files its manifest lists: the translations it scored
+HYPOTHESES = re.compile(r"test2016\.(int8|fp32)\.beam\d+\.hyp\.en")
+_EXPECTED_OUT = (
+    "expected a new or empty folder, or an earlier export (replaced whole)"
+)
+_EXPECTED_RUN = (
+    "expected a run folder written by python -m aiayn.train (config.json, "
+    "checkpoint.pt) or the published model's folder (config.json, "
+    "tokenizer.model, *-averaged-fp16.pt)"
+)
+
+
+class ExportInterrupted(Exception):
+    """Ctrl-C stopped the command; the message says that ``--out`` is as it was."""
+
+
+def is_export(manifest: Any) -> bool:
+    """Whether a ``manifest.json`` (parsed) is an export's: ``"format": "aiayn-export/1"``.
+
+    Exports written before the field existed are known by their ``"what"``.
+    """
+    if not isinstance(manifest, dict) or not isinstance(
+        manifest.get("files"), dict
+    ):
+        return False
+    what = str(manifest.get("what", ""))
+    return manifest.get("format") == EXPORT_FORMAT or what.startswith(
+        "the translator as ONNX graphs (aiayn.export)"
+    )
+
+
+def _read_manifest(folder: Path) -> Any:
+    """``folder/manifest.json`` parsed, ``None`` when it is missing or not JSON."""
+    try:
+        return json.loads((folder / MANIFEST).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _is_run_folder(folder: Path, names: list[str]) -> str:
+    """What makes ``folder`` a folder of ``train`` or ``evaluate`` (``aiayn.runs``), ``""`` if nothing."""
+    weights = [n for n in names if fnmatch.fnmatch(n, "*averaged*.pt")]
+    found = [n for n in (CONFIG, CHECKPOINT) if n in names]
+    if weights:
+        return f"a model's folder (it has {', '.join(found + weights)})"
+    if found:
+        return f"a run folder (it has {', '.join(found)})"
+    run = RunFolder(folder)
+    try:
+        run.manifest()  # refuses a manifest that is not a run's
+    except RunFolderError:
+        return ""
+    if run.has_manifest():
+        return "a folder of python -m aiayn.evaluate's results (its manifest.json is a run's)"
+    return ""
+
+
+def check_out(out: Path) -> str:
+    """What ``--out`` is, before anything is loaded: ``"new"``, ``"empty"`` or ``"export"``.
+
+    Raises ``ValueError`` naming what was found instead: a file, a link, a run folder or a folder
+    of results (writing into them would replace their ``manifest.json``, after which ``train``
+    would not resume the run and ``evaluate`` would not read it), an earlier export that holds
+    files it did not write, or another folder that is not empty.
+    """
+    blocking = next(
+        (p for p in out.parents if p.exists() and not p.is_dir()), None
+    )
+    if blocking is not None:
+        raise ValueError(
+            f"--out {out}: {blocking} is a file, not a folder; {_EXPECTED_OUT}"
+        )
+    if out.is_symlink():
+        raise ValueError(
+            f"--out {out} is a symbolic link, which the export would replace by "
+            f"a folder; {_EXPECTED_OUT}, named by its own path"
+        )
+    if not out.exists():
+        return "new"
+    if not out.is_dir():
+        raise ValueError(f"--out {out} is a file; {_EXPECTED_OUT}")
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return "empty"
+    run = _is_run_folder(out, names)
+    if run:
+        raise ValueError(
+            f"--out {out} is {run}, which an export never writes into (its "
+            f"{MANIFEST} would stop python -m aiayn.train resuming a run and "
+            f"python -m aiayn.evaluate reading it); {_EXPECTED_OUT}, e.g. "
+            f"--out {out.parent / (out.name + '-onnx')}"
+        )
+    manifest = _read_manifest(out)
+    if is_export(manifest):
+        ours = {*manifest["files"], MANIFEST}
+        foreign = [
+            n for n in names if n not in ours and not HYPOTHESES.fullmatch(n)
+        ]
+        if foreign:
+            raise ValueError(
+                f"--out {out} is an earlier export, but it also holds "
+                f"{shown(foreign)}, which the export did not write and "
+                "replacing it would delete; move them out, or choose "
+                "another --out"
+            )
+        return "export"
+    raise ValueError(
+        f"--out {out} is not empty ({shown(names)}) and is not an export "
+        f"(no {MANIFEST} of python -m aiayn.export), so its files would be "
+        f"overwritten; {_EXPECTED_OUT}"
+    )
+
+
+def check_run(run: str | None) -> tuple[str, Path]:
+    """What RUN names, before anything is loaded: ``("run", folder)`` or ``("published", folder)``.
+
+    A folder with a ``*averaged*.pt`` is the published model (or a release of a run); one with
+    ``config.json`` and ``checkpoint.pt`` is a run folder. Anything else is refused by name.
+    Without RUN: the published model's folder (``$AIAYN_MODEL``, else the user cache).
+    """
+    from .published import model_dir
+
+    if run is None:
+        return "published", model_dir()
+    path = Path(run)
+    if not run.strip():
+        raise cli.UsageError(
+            f"RUN must name a folder, got an empty string; {_EXPECTED_RUN}"
+        )
+    if not path.exists():
+        raise FileNotFoundError(
+            f"the run folder {path} does not exist; {_EXPECTED_RUN}"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"the run folder {path} is a file; {_EXPECTED_RUN}"
+        )
+    if list(path.glob("*averaged*.pt")):  # as translation.load_run
+        return "published", path
+    if (path / CONFIG).is_file() and (path / CHECKPOINT).is_file():
+        return "run", path
+    if (path / CONFIG).is_file():
+        raise RunFolderError(
+            f"the run folder {path} has {CONFIG} but no {CHECKPOINT}: the "
+            "run has not saved its first checkpoint (python -m aiayn.train "
+            f"--out {path} goes on); {_EXPECTED_RUN}"
+        )
+    names = sorted(p.name for p in path.iterdir())
+    holds = f"it holds {shown(names)}" if names else "it is empty"
+    raise RunFolderError(
+        f"{path} is neither a run folder nor the published model's folder "
+        f"({holds}); {_EXPECTED_RUN}"
+    )
+
+
+def _check_modules(bleu: bool) -> None:
+    """The packages of the ``export`` extra, before the model is loaded."""
+    needed = ["onnx", "onnxscript", "onnxruntime", "sentencepiece"]
+    needed += ["sacrebleu"] if bleu else []
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(
+            f"python -m aiayn.export needs {', '.join(missing)}, which are not "
+            "installed: pip install 'aiayn[export]' (or pip install "
+            f"{' '.join(missing)})"
+        )
+
+
+def _load(kind: str, path: Path, default: bool):
+    """``(config, tokenizer, model, source)`` of a run folder, or of the published model.
+
+    ``source`` names the weights without a path of this machine: the run folder's name, its id
+    and checkpoints, or the published weights' file name and SHA-256.
+    """
     from .published import _weights_file, load_published
-    from .runs import CONFIG
     from .translation import load_run
 
-    if (
-        run is not None
-        and (Path(run) / CONFIG).is_file()
-        and not list(Path(run).glob("*averaged*.pt"))
-    ):
-        cfg, tokenizer, model, sources = load_run(run, "cpu")
-        return (
-            cfg,
-            tokenizer,
-            model,
-            {"run": str(run), "checkpoints": sources},
-        )
-    published = load_published(run, download=run is None)
-    weights = _weights_file(Path(run) if run else Path(published_dir()))
+    if kind == "run":
+        cfg, tokenizer, model, sources = load_run(path, "cpu")
+        source = {"run": path.resolve().name, "checkpoints": sources}
+        run_id = RunFolder(path).run_id()
+        if run_id is not None:
+            source["run_id"] = run_id
+        return cfg, tokenizer, model, source
+    published = load_published(None if default else path, download=default)
+    weights = _weights_file(path)
     return (
         published.config,
         published.tokenizer,
         published.model,
-        {
-            "weights": weights.name,
-            "sha256": _sha256(weights),
-        },
+        {"weights": weights.name, "sha256": _sha256(weights)},
     )
 
 
-def published_dir() -> Path:
-    from .published import model_dir
+def _hold(folder: Path) -> int | None:
+    """An open descriptor of ``folder`` holding an exclusive ``flock``: an export is writing it."""
+    try:
+        import fcntl
+    except ImportError:  # not on Windows: leftovers are kept
+        return None
+    fd = os.open(folder, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
 
-    return model_dir()
+
+def remove_leftovers(out: Path) -> list[Path]:
+    """Delete ``DIR.unfinished-export-*`` and ``DIR.replaced-export-*`` that no running export holds.
+
+    A killed export (SIGKILL, a lost machine) leaves them beside DIR; another export that is
+    still writing holds its folder's ``flock``, and its folder is kept.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    removed = []
+    for kind in (UNFINISHED, REPLACED):
+        for path in sorted(
+            out.parent.glob(f"{glob.escape(out.name)}{kind}*")
+        ):
+            if path.is_symlink() or not path.is_dir():
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:  # not ours to read: left alone
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # an export is writing it
+                continue
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            finally:
+                os.close(fd)
+    return removed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m aiayn.export",
-        description="Export a translator to ONNX (float32 and int8) for onnxruntime and the book's page, "
-        "and score the files on test 2016.",
+@contextlib.contextmanager
+def staged(
+    out: Path, log: Callable[[str], None] | None = None
+) -> Iterator[Path]:
+    """A new folder beside ``out`` to write into, renamed to ``out`` when the block succeeds.
+
+    ``out`` is checked again at the end (``check_out``); an earlier export there is moved aside,
+    replaced and then deleted, so that its files never mix with the new ones. On an error or
+    Ctrl-C the new folder is deleted and ``out`` stays as it was.
+    """
+    say = log or (lambda line: None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path in remove_leftovers(out):
+        say(f"removed {path}, left by an export that was killed")
+    tmp = out.parent / f"{out.name}{UNFINISHED}{secrets.token_hex(4)}"
+    try:
+        tmp.mkdir()
+    except PermissionError as err:
+        raise PermissionError(
+            f"--out {out}: cannot create a folder in {out.parent} "
+            f"({err.strerror}); choose a folder you can write to"
+        ) from None
+    fd = _hold(tmp)
+    try:
+        yield tmp
+        kind = check_out(out)  # it may have changed since the start
+        if kind == "empty":
+            out.rmdir()
+        if kind != "export":
+            tmp.rename(out)
+            return
+        old = out.parent / f"{out.name}{REPLACED}{secrets.token_hex(4)}"
+        out.rename(old)
+        try:
+            tmp.rename(out)
+        except BaseException:
+            old.rename(out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _noting_ctrl_c() -> Iterator[list[int]]:
+    """Note each Ctrl-C in the list it gives (then raise ``KeyboardInterrupt``, as Python does).
+
+    ``torch.onnx.export`` can turn the ``KeyboardInterrupt`` into an error of its own; the note
+    tells that it was a Ctrl-C all the same. Outside the main thread nothing is noted.
+    """
+    stopped: list[int] = []
+
+    def note(signum, frame):
+        stopped.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    try:
+        before = signal.signal(signal.SIGINT, note)
+    except ValueError:  # not the main thread
+        yield stopped
+        return
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as the manifest records it: RUN and DIR instead of this machine's paths."""
+    words = ["python", "-m", "aiayn.export"]
+    words += [] if args.run is None else ["RUN"]
+    words += ["--out", "DIR", "--bleu", args.bleu]
+    words += [] if args.limit is None else ["--limit", str(args.limit)]
+    return " ".join(words)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = cli.parser(
+        "python -m aiayn.export",
+        "Export a translator to ONNX (float32 and int8) for onnxruntime and "
+        "the book's page, and score the files on test 2016.",
     )
-    parser.add_argument(
+    p.add_argument(
         "run",
         nargs="?",
-        help="a run folder or a published model's folder (default: $AIAYN_MODEL, else the user cache)",
+        help="a run folder or a published model's folder "
+        "(default: $AIAYN_MODEL, else the user cache)",
     )
-    parser.add_argument("--out", required=True, help="the folder to write")
-    parser.add_argument(
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the folder to write: new, empty, or an earlier export "
+        "(replaced whole)",
+    )
+    p.add_argument(
         "--bleu",
         choices=("none", "int8", "all"),
         default="int8",
-        help="score which graphs on test 2016, greedy and beam (default int8: the files the page uses)",
+        help="score which graphs on test 2016, greedy and beam "
+        "(default int8: the files the page uses)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--limit",
-        type=int,
+        type=cli.positive_int,
         default=None,
         help="score only the first N sentences",
     )
-    args = parser.parse_args(argv)
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (they show only on a terminal)",
+    )
+    return p
+
+
+def _export(args: argparse.Namespace) -> int:
+    """Check everything, then export and score into a staged folder, renamed to ``--out`` at the end."""
     from .data import load_multi30k
 
-    cfg, tokenizer, model, source = _load(args.run)
-    settings = {
-        "beam": cfg.beam,
-        "length_penalty": cfg.length_penalty,
-        "max_len_a": cfg.max_len_a,
-        "max_len_b": cfg.max_len_b,
-        "max_len": cfg.max_len,
-    }
+    if not args.out.strip():
+        raise cli.UsageError(
+            "--out must name a folder, got an empty string; "
+            "e.g. --out runs/export"
+        )
+    if args.limit is not None and args.bleu == "none":
+        raise cli.UsageError(
+            f"--limit {args.limit} chooses the sentences to score, and "
+            "--bleu none scores none; drop one of them"
+        )
     out = Path(args.out)
-    manifest = export(model, tokenizer, settings, out, source)
-    print(
-        f"exported to {out}: the page downloads {manifest['page_bytes'] / 1e6:.1f} MB"
-    )
+    before = check_out(out)
+    kind, run = check_run(args.run)
+    if run.resolve() == out.resolve():
+        raise cli.UsageError(
+            f"--out {out} is the folder of the model it exports; "
+            f"{_EXPECTED_OUT} elsewhere"
+        )
+    _check_modules(args.bleu != "none")
     kinds = {"none": (), "int8": (True,), "all": (True, False)}[args.bleu]
-    if kinds:
-        pairs = load_multi30k("test2016")[: args.limit]
-    for int8 in kinds:
-        name = "int8" if int8 else "fp32"
-        scores = score_files(out, pairs, int8, (1, cfg.beam))
-        for key, entry in scores.items():
-            hypotheses = entry.pop("hypotheses")
-            atomic_write(
-                out / f"test2016.{name}.{key}.hyp.en",
-                ("\n".join(hypotheses) + "\n").encode(),
+    pairs = load_multi30k("test2016")[: args.limit] if kinds else []
+    progress = not args.no_progress
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        with _noting_ctrl_c() as stopped, staged(out, say) as tmp:
+            say(f"loading the model from {run} ...")
+            cfg, tokenizer, model, source = _load(
+                kind, run, args.run is None
             )
-            entry["command"] = "python -m aiayn.export " + " ".join(
-                argv if argv is not None else sys.argv[1:]
+            settings = {
+                "beam": cfg.beam,
+                "length_penalty": cfg.length_penalty,
+                "max_len_a": cfg.max_len_a,
+                "max_len_b": cfg.max_len_b,
+                "max_len": cfg.max_len,
+            }
+            manifest = export(
+                model, tokenizer, settings, tmp, source, progress, say
             )
-            manifest["bleu"][f"{name}.{key}"] = entry
-            print(
-                f"test2016 {name} {key}: BLEU {entry['bleu']} ({entry['decode_s']} s)"
-            )
-        atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
+            for int8 in kinds:
+                name = "int8" if int8 else "fp32"
+                say(
+                    f"scoring the {name} graphs on {len(pairs)} sentences of "
+                    f"test2016, beam 1 and {cfg.beam} ..."
+                )
+                scores = score_files(
+                    tmp, pairs, int8, (1, cfg.beam), progress=progress
+                )
+                for key, entry in scores.items():
+                    hypotheses = entry.pop("hypotheses")
+                    atomic_write(
+                        tmp / f"test2016.{name}.{key}.hyp.en",
+                        ("\n".join(hypotheses) + "\n").encode(),
+                    )
+                    entry["command"] = _command_line(args)
+                    manifest["bleu"][f"{name}.{key}"] = entry
+                    say(
+                        f"test2016 {name} {key}: BLEU {entry['bleu']} "
+                        f"({entry['decode_s']} s)"
+                    )
+                atomic_write(
+                    tmp / MANIFEST, json.dumps(manifest, indent=1).encode()
+                )
+    except BaseException as err:
+        # the exporter may turn the KeyboardInterrupt into an error of its own
+        if not (isinstance(err, KeyboardInterrupt) or stopped):
+            raise
+        state = "is as it was" if before != "new" else "was not created"
+        raise ExportInterrupted(
+            f"error: interrupted (Ctrl-C) before the export was finished: "
+            f"{out} {state}"
+        ) from None
+    replaced = " (the earlier export replaced)" if before == "export" else ""
+    say(
+        f"exported to {out}{replaced}: the page downloads "
+        f"{manifest['page_bytes'] / 1e6:.1f} MB"
+    )
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), export and score; a failure is one ``error:`` line.
+
+    A wrong argument or folder exits with status 2, Ctrl-C with 130, any other failure with 1.
+    """
+    return cli.run(
+        _parser(), argv, _export, interrupted=(ExportInterrupted,)
+    )
 
 
 if __name__ == "__main__":
