@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from aiayn.attention import (
     MultiHeadAttention,
     PreparedMask,
+    packed_weights_kept,
     prepare_mask,
     set_fused,
 )
@@ -119,8 +120,8 @@ def test_packed_projections_leave_parameters_and_state_dict_unchanged():
     assert set(before) == {f"w_{n}.{p}" for n in "qkvo" for p in ("weight", "bias")}
 
 
-def test_packed_weights_cached_without_grad_follow_every_update():
-    """The stacked copy kept for decoding is rebuilt after an optimizer step, a load and a .to()."""
+def test_packed_weights_are_stacked_once_inside_a_decoding_block_and_dropped_after_it():
+    """``packed_weights_kept`` keeps one stacked copy for its block; after it, each forward stacks anew."""
     torch.manual_seed(0)
     attn = MultiHeadAttention(16, 2, dropout=0.0).eval()
     attn.packed = True
@@ -132,11 +133,12 @@ def test_packed_weights_cached_without_grad_follow_every_update():
         with torch.no_grad():
             assert_close(attn(x, x, x), reference(x, x, x))
 
-    check()
-    with torch.no_grad():
-        cached = attn._packed_cache[("w_q", "w_k", "w_v")][2]
+    with torch.no_grad(), packed_weights_kept(attn):
+        check()
+        kept = attn._packed_kept[("w_q", "w_k", "w_v")][0]
         check()  # a second call reuses the copy
-        assert attn._packed_cache[("w_q", "w_k", "w_v")][2] is cached
+        assert attn._packed_kept[("w_q", "w_k", "w_v")][0] is kept
+    assert attn._packed_kept is None
     optimizer = torch.optim.SGD(attn.parameters(), lr=0.5)
     (attn(x, x, x) ** 2).sum().backward()
     optimizer.step()

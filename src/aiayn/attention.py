@@ -25,7 +25,9 @@ values are computed at the first step).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -38,6 +40,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "set_fused",
+    "packed_weights_kept",
     "PreparedMask",
     "prepare_mask",
     "KVCache",
@@ -401,7 +404,8 @@ class MultiHeadAttention(nn.Module):
         self.packed = packed
         self.temperature = temperature
         self.attn: torch.Tensor | None = None
-        self._packed_cache: dict[tuple[str, ...], tuple] = {}
+        # the stacked q/k/v weights, kept only inside ``packed_weights_kept``
+        self._packed_kept: dict[tuple[str, ...], tuple] | None = None
 
     def _check_inputs(
         self,
@@ -550,35 +554,54 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weights (and biases) of ``names`` stacked along the output axis.
 
-        Under autograd the stacking is part of the graph and is redone at every forward. Without
-        it (decoding) the stacked copy is kept and reused while the parameters are unchanged:
-        same storage, same version counter (every in-place update, as by an optimizer or
-        ``load_state_dict``, bumps it). The cache holds the parameters' storages, so neither
-        address can be reused by another tensor while an entry refers to it.
+        Stacked anew at every forward, except inside ``packed_weights_kept`` (one decoding call),
+        where the parameters cannot change and the stack is made once. No copy outlives that
+        block: a version counter does not say when a parameter changed, since the fused and
+        foreach optimizers update parameters in place without bumping it.
         """
         linears = [getattr(self, name) for name in names]
         weights = [lin.weight for lin in linears]
         biases = [lin.bias for lin in linears if lin.bias is not None]
-        tensors = weights + biases
-        needs_grad = any(t.requires_grad for t in tensors)
-        traced = torch.is_grad_enabled() and needs_grad
-        if traced or torch.compiler.is_compiling():
+        kept = self._packed_kept
+        if (
+            kept is None
+            or torch.is_grad_enabled()
+            or torch.compiler.is_compiling()
+        ):
             return torch.cat(weights), torch.cat(biases) if biases else None
-        stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
-        entry = self._packed_cache.get(names)
-        if entry is None or entry[0] != stamp:
+        if names not in kept:
             weight = torch.cat(weights)  # (sum of widths, d_model)
             bias = torch.cat(biases) if biases else None  # (sum of widths,)
-            held = [t.detach() for t in tensors]
-            entry = (stamp, held, weight, bias)
-            self._packed_cache[names] = entry
-        return entry[2], entry[3]
+            kept[names] = (weight, bias)
+        return kept[names]
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}, "
             f"d_v={self.d_v}, fused={self.use_fused}, packed={self.packed}"
         )
+
+
+@contextlib.contextmanager
+def packed_weights_kept(model: nn.Module) -> Iterator[None]:
+    """Inside the block, stack each packed attention's q/k/v weights once, without gradients.
+
+    Decoding enters it for one call, in which the parameters do not change; on exit the stacked
+    copies are dropped, so no later forward (after an optimizer step, a load, any in-place
+    update) can read weights that are no longer the parameters'. Nested blocks keep the outer one's.
+    """
+    modules = [
+        m
+        for m in model.modules()
+        if isinstance(m, MultiHeadAttention) and m._packed_kept is None
+    ]
+    for m in modules:
+        m._packed_kept = {}
+    try:
+        yield
+    finally:
+        for m in modules:
+            m._packed_kept = None
 
 
 class set_fused:  # lower case like torch.set_grad_enabled, which it imitates

@@ -50,6 +50,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import register_flop_formula
 
+from .attention import packed_weights_kept
 from .checks import check_int, check_token_dtype
 from .layers import DecoderCache
 from .masks import decoder_mask, padding_mask
@@ -108,18 +109,25 @@ class onednn_linear(
     (the library PyTorch also ships for its CPU kernels) multiplies twice as fast. Same float32
     arithmetic, summed in another order, so the results differ by rounding, as they do between
     batch sizes. Everything else (gradients, autocast, other dtypes and devices) goes to
-    ``F.linear`` unchanged.
+    ``F.linear`` unchanged. Each weight is reordered once inside the block, which must therefore
+    not change the weights (decoding does not); the copies are dropped on exit.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        # (address, version, shape) -> (the weight, held so that its address
-        # is not reused while the entry exists; the weight in oneDNN's layout)
+        # (address, shape) -> (the weight, held so that its address is not
+        # reused while the entry exists; the weight in oneDNN's layout)
         self.packed: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    def __exit__(self, *exc_info: object) -> None:
+        # no reordered weight outlives the block: parameters may change after it, and a version
+        # counter would not say so (fused optimizers update in place without bumping it)
+        self.packed.clear()
+        return super().__exit__(*exc_info)
+
     def _packed(self, weight: torch.Tensor) -> torch.Tensor:
-        """``weight`` in oneDNN's blocked layout, made once per weight while it is unchanged."""
-        stamp = (weight.data_ptr(), weight._version, tuple(weight.shape))
+        """``weight`` in oneDNN's blocked layout, made once per weight inside the block."""
+        stamp = (weight.data_ptr(), tuple(weight.shape))
         if stamp not in self.packed:
             blocked = torch.ops.mkldnn._reorder_linear_weight(
                 weight.detach(), None
@@ -177,7 +185,7 @@ def _eval_mode(model: nn.Module, onednn: bool = False) -> Iterator[None]:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _products(onednn):
+        with torch.no_grad(), _products(onednn), packed_weights_kept(model):
             yield
     finally:
         model.train(was_training)

@@ -81,12 +81,19 @@ def noam_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
 
 
+# Adam's implementations in PyTorch, one update computed three ways: ``fused`` (one kernel for
+# every parameter; CUDA and, since PyTorch 2.4, the CPU), ``foreach`` (one operation per tensor
+# list) and ``for-loop`` (one per parameter). "auto" takes fused on CUDA, PyTorch's default elsewhere.
+ADAM_IMPLEMENTATIONS = ("auto", "fused", "foreach", "for-loop")
+
+
 def make_optimizer(
     model: nn.Module,
     lr: float = 1.0,
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
     fused: bool | None = None,
+    implementation: str = "auto",
 ) -> torch.optim.Adam:
     """Adam with the paper's settings, over the trainable parameters of ``model``.
 
@@ -97,12 +104,23 @@ def make_optimizer(
         eps: ε, 1e-9 in the paper.
         fused: use the fused single-kernel implementation; ``None`` chooses it when every
             parameter is on a CUDA device.
+        implementation: one of ``ADAM_IMPLEMENTATIONS``; anything but ``"auto"`` overrides ``fused``.
     """
+    if implementation not in ADAM_IMPLEMENTATIONS:
+        raise ValueError(
+            f"implementation must be one of {', '.join(ADAM_IMPLEMENTATIONS)}, got {implementation!r}"
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError(
             "make_optimizer: the model has no trainable parameters"
         )
+    foreach = None
+    if implementation != "auto":
+        fused = implementation == "fused"
+        foreach = False if fused else implementation == "foreach"
     if fused is None:
         fused = all(p.is_cuda for p in params)
-    return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, fused=fused)
+    return torch.optim.Adam(
+        params, lr=lr, betas=betas, eps=eps, fused=fused, foreach=foreach
+    )
