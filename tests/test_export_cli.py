@@ -120,12 +120,9 @@ REFUSALS = {
                 "argument --limit: expected an integer >= 1, got 0 (see python -m aiayn.export --help)"),
     "limit -5": (["{run}", "--out", "{tmp}/new", "--limit", "-5"], {},
                  "argument --limit: expected an integer >= 1, got -5"),
-    "limit x": (["{run}", "--out", "{tmp}/new", "--limit", "x"], {},
-                "argument --limit: expected an integer >= 1, got 'x'"),
     "limit without scoring": (
         ["{run}", "--out", "{tmp}/new", "--bleu", "none", "--limit", "5"], {},
         "--limit 5 chooses the sentences to score, and --bleu none scores none; drop one of them"),
-    "bleu x": (["{run}", "--out", "{tmp}/new", "--bleu", "x"], {}, "argument --bleu: invalid choice: 'x'"),
     "run mistyped": (
         ["{tmp}/rnu", "--out", "{tmp}/new"], {}, "the run folder {tmp}/rnu does not exist; " + EXPECTED_RUN),
     "run is a file": (

@@ -56,6 +56,7 @@ import torch
 from .checks import check_int
 from .data import PAD, Tokenizer
 from .model import Transformer, TransformerConfig, count_parameters
+from .schedule import ADAM_IMPLEMENTATIONS
 
 __all__ = [
     "TrainConfig",
@@ -116,6 +117,9 @@ class TrainConfig:
             capability 8.0 and up), float16 with a gradient scaler below (Colab's T4); float32 on
             other devices. ``"bf16"`` or ``"fp16"`` (always) or ``None`` (float32);
             see ``training.amp_dtype_for``.
+        adam: Adam's implementation (``schedule.ADAM_IMPLEMENTATIONS``): ``"auto"`` takes the fused
+            one on CUDA and PyTorch's default elsewhere; ``"fused"``, ``"foreach"``, ``"for-loop"``
+            ask for one (the same update; the tests train with each on the CPU).
         compile: ``torch.compile`` the model's forward pass (slow first steps, faster later ones).
         pin_memory: page-locked batches, copied to the GPU with ``non_blocking=True`` (CUDA only).
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
@@ -147,6 +151,7 @@ class TrainConfig:
     seed: int = 0
     # speed
     amp: str | None = "auto"
+    adam: str = "auto"
     compile: bool = False
     pin_memory: bool = True
     cpu_threads: int | None = None
@@ -190,6 +195,10 @@ class TrainConfig:
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(
                 f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}"
+            )
+        if self.adam not in ADAM_IMPLEMENTATIONS:
+            raise ValueError(
+                f"adam must be one of {', '.join(ADAM_IMPLEMENTATIONS)}, got {self.adam!r}"
             )
         if not self.lr_factor > 0:
             raise ValueError(

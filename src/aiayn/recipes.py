@@ -460,6 +460,21 @@ class _RunLog:
                 )
 
 
+def _both(
+    first: Callable[[FitState], None],
+    then: Callable[[FitState], None] | None,
+) -> Callable[[FitState], None]:
+    """One hook that calls ``first``, then ``then`` (when given)."""
+    if then is None:
+        return first
+
+    def both(state: FitState) -> None:
+        first(state)
+        then(state)
+
+    return both
+
+
 def _prefix(size: int, digest: str, path: Path) -> WrittenFile:
     return WrittenFile(path, size, digest)
 
@@ -506,6 +521,7 @@ def train(
     resume: bool = True,
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
+    hook: Callable[[FitState], None] | None = None,
 ) -> RunSummary:
     """Train the model of ``cfg`` on Multi30k de→en and leave the run in ``out_dir``.
 
@@ -529,6 +545,8 @@ def train(
         resume: continue from ``out_dir/checkpoint.pt`` when it exists.
         overwrite: with ``resume=False``, replace a trained run's files.
         log: called with a line about what is done with the folder (e.g. ``print``).
+        hook: also called with every ``FitState`` of ``fit`` (rank 0 only), after the run's own
+            log: ``tools/gpu_check.py`` translates with the model being trained at each evaluation.
 
     Returns:
         A ``RunSummary`` (also written to ``summary.json``).
@@ -598,6 +616,7 @@ def train(
                 device,
                 False,
                 start_time,
+                None,
             )
         data = prepare_data(cfg, root, tokenizer=tokenizer)
         # 2. Write, under the folder's lock.
@@ -613,6 +632,7 @@ def train(
                 device,
                 progress,
                 start_time,
+                hook,
             )
 
 
@@ -696,6 +716,7 @@ def _run(
     device: torch.device,
     progress: bool,
     start_time: float,
+    hook: Callable[[FitState], None] | None,
 ) -> RunSummary:
     """Build the model and train it (every rank); rank 0 logs, saves and writes the summary."""
     main = distributed.is_main()
@@ -706,7 +727,8 @@ def _run(
         # fused attention, packed q/k/v, F.layer_norm: the same numbers
         # (tests/test_fast_paths.py), fewer ops, the same state_dict
         set_fast(model)
-    optimizer = make_optimizer(model)  # fused Adam when the model is on CUDA
+    # "auto": fused Adam when the model is on CUDA
+    optimizer = make_optimizer(model, implementation=cfg.adam)
     scheduler = noam_scheduler(
         optimizer, cfg.model.d_model, cfg.warmup, cfg.lr_factor
     )
@@ -750,7 +772,7 @@ def _run(
             resume_from=plan.checkpoint,
             stop=stop,
             progress=progress,
-            hook=run_log if main else None,
+            hook=_both(run_log, hook) if main else None,
         )
         interrupted = stop.is_set()
 

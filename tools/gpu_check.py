@@ -1,0 +1,240 @@
+"""Check that what a training run logs and translates equals what its saved weights compute, and time it.
+
+    python tools/gpu_check.py --out gpu_check.json                 # any CUDA GPU, at most 8 minutes
+    python tools/gpu_check.py --device cpu --quick --out c.json    # the same promises on a CPU (make test)
+
+The promises, for every Adam implementation and autocast/scaler mode a run can use on the device
+(``MODES``): train the smoke preset with the train command's own code (``recipes.train``); at each
+evaluation, translate the first validation sentences with the model being trained. Then, in a
+fresh process, rebuild the model from the run folder (``load_run``, the final weights) and compute
+the validation loss and those translations again: the last logged ``val_loss`` must equal the
+recomputed one, and the translations must be the same strings. A derived copy of the weights that
+outlived an optimizer step (the stale packed q/k/v of issue 30) breaks both.
+
+Without ``--quick`` (meant for a GPU) it also times, by phase (start-up, building batches, steps,
+validation, checkpoint writes), the whole smoke preset and 4 epochs of ``multi30k`` (checked by
+the same promises), and decodes test2016 with beam 4 (time, BLEU) with the 4-epoch weights.
+
+Writes a JSON to ``--out``; exits 1 when a promise fails, 2 on a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from aiayn import recipes  # noqa: E402
+from aiayn.batches import eval_batches  # noqa: E402
+from aiayn.data import Tokenizer, load_multi30k  # noqa: E402
+from aiayn.layers import set_fast  # noqa: E402
+from aiayn.presets import get_preset  # noqa: E402
+from aiayn.runs import TOKENIZER  # noqa: E402
+from aiayn.training import amp_dtype_for, mean_loss  # noqa: E402
+from aiayn.translation import load_run, translate  # noqa: E402
+
+SENTENCES = 64  # validation sentences translated at each evaluation
+# (Adam implementation, amp): what a run uses on CUDA ("auto": fused Adam, bfloat16 from compute
+# capability 8.0, float16 with a scaler below), and their CPU twins, which PyTorch also runs
+MODES = {
+    "cuda": [("auto", "auto"), ("foreach", "auto"), ("fused", "fp16"), ("for-loop", None)],
+    "cpu": [("fused", None), ("foreach", None), ("for-loop", None), ("fused", "bf16"), ("fused", "fp16")],
+}
+
+
+class Recorder:
+    """``train``'s extra hook: the wall clock of every event, and the translations at each evaluation."""
+
+    def __init__(self, run: Path, sentences: list[str], cfg) -> None:
+        self.run, self.sentences, self.cfg = run, sentences, cfg
+        self.phases = dict.fromkeys(("batches", "steps", "validation", "checkpoints"), 0.0)
+        self.started = time.perf_counter()
+        self.last: float | None = None  # when the previous event's hooks returned
+        self.first_step: float | None = None
+        self.translations: list[str] = []
+        self.tokenizer: Tokenizer | None = None
+
+    def __call__(self, state) -> None:
+        now = time.perf_counter()
+        if state.event == "step":
+            began = now - state.seconds
+            if self.last is None:
+                self.first_step = began  # before it: start-up (data, model, first batch)
+            else:
+                self.phases["batches"] += began - self.last
+            self.phases["steps"] += state.seconds
+        elif self.last is not None:
+            # epoch_end: the epoch file written before it; eval: validation;
+            # saving, checkpoint: the checkpoint serialised, written and renamed
+            phase = "validation" if state.event == "eval" else "checkpoints"
+            self.phases[phase] += now - self.last
+        if state.event == "eval":  # not timed: the check's own work
+            self.translations = self.translate(state.model)
+        self.last = time.perf_counter()
+
+    def translate(self, model) -> list[str]:
+        if self.tokenizer is None:
+            self.tokenizer = Tokenizer(self.run / TOKENIZER)
+        return _translate(model, self.tokenizer, self.sentences, self.cfg)
+
+
+def _translate(model, tokenizer, sentences, cfg) -> list[str]:
+    return translate(
+        model, tokenizer, sentences, beam=cfg.beam, length_penalty=cfg.length_penalty,
+        max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+    )  # fmt: skip
+
+
+def replay(run: Path, device: str, root: str | None, sentences: list[str]) -> dict:
+    """In this (fresh) process: the run's final weights, their validation loss and translations."""
+    cfg, tokenizer, model, _ = load_run(run, device, average=False)
+    if cfg.model.fused_attention:
+        set_fast(model)  # as the train command trains and evaluates
+    data = recipes.prepare_data(cfg, root, tokenizer)
+    with recipes._attention_kernels():  # the train command's attention kernels
+        loss = mean_loss(model, eval_batches(data.val_ids, cfg.max_tokens), amp_dtype_for(cfg.amp, device))
+        translations = _translate(model, tokenizer, sentences, cfg)
+    return {"val_loss": loss, "translations": translations}
+
+
+def train_and_replay(cfg, name: str, work: Path, device: str, root: str | None, tolerance: float) -> dict:
+    """Train ``cfg`` into ``work/name``, replay it in a fresh process, compare; with the phases' times."""
+    run = work / name
+    sentences = [de for de, _ in load_multi30k("val", root)[:SENTENCES]]
+    recorder = Recorder(run, sentences, cfg)
+    summary = recipes.train(cfg, run, root=root, device=device, progress=False, hook=recorder)
+    wall = time.perf_counter() - recorder.started
+    logged = summary.val_loss
+    (work / f"{name}.sentences.json").write_text(json.dumps(sentences))
+    argv = [sys.executable, __file__, "--replay", str(run), "--device", device,
+            "--sentences", str(work / f"{name}.sentences.json")]  # fmt: skip
+    if root:
+        argv += ["--data", str(root)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the replay of {run} failed:\n{done.stderr[-3000:]}")
+    fresh = json.loads(done.stdout.splitlines()[-1])
+    same = sum(a == b for a, b in zip(recorder.translations, fresh["translations"], strict=True))
+    differ = [
+        {"source": s, "training": a, "fresh": b}
+        for s, a, b in zip(sentences, recorder.translations, fresh["translations"], strict=True)
+        if a != b
+    ]
+    loss_ok = abs(logged - fresh["val_loss"]) <= tolerance * max(1.0, abs(logged))
+    phases = {"start_up": recorder.first_step - recorder.started, **recorder.phases}
+    return {
+        "run": name, "preset": cfg.name, "adam": cfg.adam, "amp": cfg.amp,
+        "amp_dtype": str(amp_dtype_for(cfg.amp, device)).replace("torch.", ""),
+        "steps": summary.steps, "epochs": summary.epochs_done,
+        "val_loss_logged": logged, "val_loss_fresh": fresh["val_loss"],
+        "val_loss_tolerance": tolerance, "translations": len(sentences), "identical": same,
+        "differing": differ[:5],
+        "passed": bool(loss_ok and same == len(sentences)),
+        "wall_s": wall, "phases_s": phases,
+    }  # fmt: skip
+
+
+def _evaluate(run: Path, device: str, root: str | None, beam: int) -> dict:
+    start = time.perf_counter()
+    result = recipes.evaluate(run, "test2016", beam=beam, limit=None, device=device, root=root, average=False)
+    return {
+        "sentences": result.sentences, "beam": beam, "bleu": result.bleu, "sacrebleu": result.sacrebleu,
+        "decode_s": result.decode_s, "wall_s": time.perf_counter() - start,
+    }  # fmt: skip
+
+
+def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> dict:
+    kind = torch.device(device).type
+    tolerance = 1e-6 if kind == "cpu" else 2e-3  # GPU: kernels may add in another order
+    smoke = get_preset("multi30k-smoke")  # 3 epochs: a stale copy shows from the 2nd evaluation on
+    report: dict = {
+        "device": device,
+        "device_name": recipes._device_name(torch.device(device)),
+        "torch": torch.__version__,
+        "quick": quick,
+        "promises": [],
+    }
+    for adam, amp in MODES[kind]:
+        name = f"smoke-{adam}-{amp or 'fp32'}"
+        log(f"{name}: training, then replaying in a fresh process")
+        result = train_and_replay(replace(smoke, adam=adam, amp=amp), name, work, device, root, tolerance)
+        report["promises"].append(result)
+        save(report)  # what is done so far, should a later part not finish
+        log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.6f} logged, "
+            f"{result['val_loss_fresh']:.6f} fresh; {result['identical']}/{result['translations']} "
+            f"translations identical; {result['wall_s']:.1f} s")  # fmt: skip
+    if not quick:
+        big = replace(get_preset("multi30k"), epochs=4, average_last=1)
+        log("multi30k, 4 epochs: training, then replaying in a fresh process")
+        result = train_and_replay(big, "multi30k-4", work, device, root, tolerance)
+        report["promises"].append(result)
+        save(report)
+        log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.4f} "
+            f"logged, {result['val_loss_fresh']:.4f} fresh; phases {result['phases_s']}")  # fmt: skip
+        log("test2016, beam 4, with the 4-epoch weights")
+        report["test2016"] = _evaluate(work / "multi30k-4", device, root, beam=4)
+        log(f"  {report['test2016']}")
+    report["passed"] = all(p["passed"] for p in report["promises"])
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="the JSON to write")
+    parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    parser.add_argument("--quick", action="store_true", help="the promises only, on short smoke runs")
+    parser.add_argument("--data", default=None, help="the Multi30k folder (default $AIAYN_DATA)")
+    parser.add_argument("--work", default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument("--replay", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--sentences", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.split(":")[0] not in MODES:
+        print(f"error: --device must be cuda or cpu, got {device!r}", file=sys.stderr)
+        return 2
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda, but torch sees no CUDA GPU here; pass --device cpu", file=sys.stderr)
+        return 2
+    if args.replay:
+        sentences = json.loads(Path(args.sentences).read_text())
+        print(json.dumps(replay(Path(args.replay), device, args.data, sentences)))
+        return 0
+    if not args.out:
+        print("error: --out is required: the JSON file to write", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if out.is_dir():
+        print(f"error: --out {out} is a folder; expected a file name", file=sys.stderr)
+        return 2
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    start = time.perf_counter()
+
+    def save(report: dict) -> None:
+        report["wall_s"] = time.perf_counter() - start
+        out.write_text(json.dumps(report, indent=1) + "\n")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = Path(args.work) if args.work else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        report = check(device, args.quick, args.data, work, log, save)
+    save(report)
+    log(f"{'passed' if report['passed'] else 'FAILED'} in {report['wall_s']:.0f} s; wrote {out}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
