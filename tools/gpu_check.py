@@ -134,7 +134,7 @@ def train_and_replay(cfg, name: str, work: Path, device: str, root: str | None, 
     phases = {"start_up": recorder.first_step - recorder.started, **recorder.phases}
     return {
         "run": name, "preset": cfg.name, "adam": cfg.adam, "amp": cfg.amp,
-        "amp_dtype": str(amp_dtype_for(cfg.amp, device)).replace("torch.", ""),
+        "amp_dtype": str(amp_dtype_for(cfg.amp, device) or torch.float32).replace("torch.", ""),
         "steps": summary.steps, "epochs": summary.epochs_done,
         "val_loss_logged": logged, "val_loss_fresh": fresh["val_loss"],
         "val_loss_tolerance": tolerance, "translations": len(sentences), "identical": same,
