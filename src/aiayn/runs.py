@@ -33,6 +33,7 @@ import errno
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import fields
@@ -308,37 +309,56 @@ class RunFolder:
     # --- Writing -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[RunFolder]:
-        """Hold the folder's lock for the block; fails at once when another command holds it."""
+    def locked(self, wait: float = 0.0) -> Iterator[RunFolder]:
+        """Hold the folder's lock for the block; fails when another command holds it ``wait`` s on.
+
+        The manifest is read again under the lock: another command may have written meanwhile.
+        """
         self.path.mkdir(parents=True, exist_ok=True)
         f = open(self.file(LOCK), "a+")  # noqa: SIM115
         try:
-            try:
-                import fcntl
-            except ImportError:  # not on Windows: no lock
-                fcntl = None
-            if fcntl is not None:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as err:
-                    if err.errno in (
-                        errno.EAGAIN,
-                        errno.EACCES,
-                        errno.EWOULDBLOCK,
-                    ):
-                        raise RunFolderError(
-                            f"another command is writing into {self.path} (it holds "
-                            f"{self.file(LOCK)}); wait for it to finish, or use another folder"
-                        ) from None
-                    raise
+            self._flock(f, exclusive=True, wait=wait)
             self._lock_file = f
-            # another command may have written into the folder since the manifest was read
             self._manifest = None
             self.remove_stale_temporaries()
             yield self
         finally:
             self._lock_file = None
             f.close()
+
+    def check_unlocked(self) -> None:
+        """Fail now when another command is writing into the folder; hold nothing afterwards.
+
+        A shared lock, for an instant: two commands that check at the same time do not see each
+        other, only one that holds the folder's lock (``locked``) is seen.
+        """
+        with open(self.file(LOCK), "a+") as f:
+            self._flock(f, exclusive=False, wait=0.0)
+
+    def _flock(self, f, exclusive: bool, wait: float) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not on Windows: no lock
+            return
+        how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(f, how | fcntl.LOCK_NB)
+                return
+            except OSError as err:
+                if err.errno not in (
+                    errno.EAGAIN,
+                    errno.EACCES,
+                    errno.EWOULDBLOCK,
+                ):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise RunFolderError(
+                        f"another command is writing into {self.path} (it holds "
+                        f"{self.file(LOCK)}); wait for it to finish, or use another folder"
+                    ) from None
+            time.sleep(0.05)
 
     def _check_locked(self) -> None:
         if self._lock_file is None:

@@ -780,11 +780,9 @@ def _check_writable(out: RunFolder, is_run: bool) -> None:
             f"--out {path} is not empty ({shown(names)}) and is not a folder aiayn wrote "
             "(no manifest.json); choose a new or empty folder"
         )
-    if (
-        out.has_manifest()
-    ):  # fail now, not after decoding, when another command writes there
-        with out.locked():
-            pass
+    if out.has_manifest():
+        # fail now, not after decoding, when another command writes there
+        out.check_unlocked()
 
 
 def _results_of(run: RunFolder) -> str:
@@ -822,6 +820,10 @@ def _check_results_of(
         )
 
 
+# how long saving waits for another command's lock: another evaluation saves in well under a second
+SAVE_WAIT_S = 10.0
+
+
 def _save(
     out: RunFolder, run: RunFolder, result: EvalResult, hypotheses: list[str]
 ) -> None:
@@ -830,7 +832,7 @@ def _save(
     The manifest is read again under the lock, and whose results the folder holds checked again:
     two commands that decode into one new folder at once never mix or overwrite their results.
     """
-    with out.locked():
+    with out.locked(wait=SAVE_WAIT_S):
         _check_results_of(out, run, saving=True)
         if not out.has_manifest():
             out.start(None)  # a new folder of results (a run folder has one)
