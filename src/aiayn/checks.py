@@ -259,23 +259,30 @@ def sha256_file(path: str | os.PathLike) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def unreadable_weights(label: str, err: Exception) -> str:
+def unreadable_weights(
+    label: str, err: Exception, what: str = "weights file"
+) -> str:
     """Why ``torch.load(..., weights_only=True)`` refused the file ``label``, in one line.
 
     It names the file and never passes on torch's advice to load with ``weights_only=False``,
     which would run whatever the file asks: a file that asks to call a function is no weights
-    file, and says which function it asks for.
+    file, and the message says which function it asks for.
+
+    Args:
+        label: the file, as the message names it.
+        err: what ``torch.load`` raised.
+        what: what the file should have been (``"checkpoint"``).
     """
     asked = re.search(r"GLOBAL ([\w.]+)", str(err))
     if asked is not None:
         return (
-            f"{label} is not a weights file: loading it would call "
-            f"{asked.group(1)}, and a weights file holds only tensors and "
-            "numbers, so it is not loaded"
+            f"{label} is not a {what}: loading it would call "
+            f"{asked.group(1)}, and a {what} holds only tensors and numbers, "
+            "so it is not loaded"
         )
     return (
-        f"{label} is damaged or not a weights file (it cannot be read as "
-        f"tensors: {type(err).__name__})"
+        f"{label} cannot be read as a {what} ({type(err).__name__}): it is "
+        f"truncated or damaged, or not a {what}"
     )
 
 
