@@ -215,3 +215,14 @@ def test_a_release_never_writes_into_its_run(run, cache):
     refused(release(run, run / "release", cache), "is inside the run", "choose a folder outside it")
     refused(release(run, run, cache), "is inside the run")
     assert snapshot(run) == before and not (run / "release").exists()
+
+
+def test_a_run_stopped_by_max_steps_can_be_released(cache, root, tmp_path):
+    """max_steps stops inside an epoch: the checkpoint, then a last validation line; the manifest holds both."""
+    run = tmp_path / "stopped"
+    train(TINY.with_changes(max_steps=7), run, root=root, device="cpu", progress=False)
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "eval" and last["step"] == 7
+    evaluate(run, device="cpu", root=root)
+    done = release(run, tmp_path / "release", cache)
+    assert done.returncode == 0, done.stderr
