@@ -42,10 +42,10 @@ def env(cache: Path) -> dict[str, str]:
             "XDG_CACHE_HOME": str(cache)}  # fmt: skip
 
 
-def one_error(done: subprocess.CompletedProcess | tuple[int, str], *words: str) -> str:
+def one_error(done: subprocess.CompletedProcess, *words: str) -> str:
     """One ``error:`` line, no traceback, status 2, saying ``words``; returns the line."""
-    code, err = (done.returncode, done.stderr) if isinstance(done, subprocess.CompletedProcess) else done
-    assert code == 2, err
+    err = done.stderr
+    assert done.returncode == 2, err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     for w in words:
         assert w in err, err
