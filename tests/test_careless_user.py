@@ -271,7 +271,6 @@ def test_after_a_full_disk_no_resume_overwrite_starts_the_run_again(filled, tmp_
     assert (copy / "checkpoint.pt").is_file() and (copy / "summary.json").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="needs the recipes.py patch of issue 34 (the message is built in _plan)")
 def test_after_a_full_disk_the_same_command_says_how_to_start_again(filled, cache):
     run, command = filled
     done = subprocess.run(command, env=env(cache), capture_output=True, text=True, timeout=300)
@@ -356,7 +355,6 @@ def test_checkpoints_of_other_shapes_are_not_averaged_and_both_are_named(tmp_pat
         average_checkpoints([a, b])
 
 
-@pytest.mark.xfail(strict=True, reason="needs the checkpoints.py patch of issue 34 (read_checkpoint's message)")
 def test_a_checkpoint_that_would_run_code_is_refused_without_torchs_advice(tmp_path):
     path = tmp_path / "epoch-001.pt"
     torch.save({"model": Calls(f"touch {tmp_path / 'it-ran'}")}, path)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checks import WrittenFile, atomic_write
+from .checks import WrittenFile, atomic_write, unreadable_weights
 
 __all__ = [
     "checkpoint_bytes",
@@ -133,9 +133,10 @@ def read_checkpoint(
             io.BytesIO(data), map_location="cpu", weights_only=True
         )
     except Exception as err:  # zipfile, pickle and torch errors alike
+        # never torch's text: it advises weights_only=False, which runs the file
         raise ValueError(
-            f"{label} cannot be read as a checkpoint ({type(err).__name__}: {err}); "
-            "it is truncated or damaged: restore it, or start the run afresh"
+            f"{unreadable_weights(label, err, 'checkpoint')}: restore it, or "
+            "start the run afresh"
         ) from None
     if not isinstance(checkpoint, dict) or "model" not in checkpoint:
         raise ValueError(

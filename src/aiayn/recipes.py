@@ -46,6 +46,7 @@ from .model import count_parameters
 from .presets import PRESETS, TrainConfig, build_model, get_preset
 from .runs import (
     CHECKPOINT,
+    CONFIG,
     MANIFEST,
     METRICS,
     SUMMARY,
@@ -324,10 +325,17 @@ def _plan(
                     "--overwrite, or choose another --out"
                 )
             if not has_checkpoint:
+                # a run stopped before its first checkpoint (a full disk)
+                # starts again; a folder of results is no run to train
+                again = (
+                    "--no-resume --overwrite starts the run again, or "
+                    if folder.listed(CONFIG)
+                    else ""
+                )
                 raise RunFolderError(
                     f"--out {path} holds the files of an earlier command "
                     f"({shown(trained)}) but no checkpoint.pt to resume "
-                    "from; choose another --out"
+                    f"from; {again}choose another --out"
                 )
         if not resume or not has_checkpoint:
             # a new run, or one of ours stopped before its first checkpoint
