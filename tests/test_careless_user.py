@@ -366,10 +366,10 @@ def test_a_checkpoint_that_would_run_code_is_refused_without_torchs_advice(tmp_p
 
 def test_distributed_check_with_a_wrong_count_says_so_in_one_line(cache):
     for n, shown in (("abc", "'abc'"), ("0", "0")):
-        done = subprocess.run([sys.executable, "-m", "aiayn.distributed", "check", n], env=env(cache),
+        done = subprocess.run([sys.executable, "-m", "aiayn.equivalence", "check", n], env=env(cache),
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.stderr == (f"error: argument n: expected an integer >= 1, got {shown} "
-                               "(see python -m aiayn.distributed check --help)\n")  # fmt: skip
+                               "(see python -m aiayn.equivalence check --help)\n")  # fmt: skip
         assert done.returncode == 2 and done.stdout == ""
 
 

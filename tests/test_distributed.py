@@ -21,7 +21,7 @@ from test_runs import (
     wait_for_steps,
 )
 
-from aiayn import distributed
+from aiayn import distributed, equivalence
 from aiayn.batches import EpochBatches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,7 +102,7 @@ def test_setup_refuses_what_torchrun_cannot_do_in_one_line(monkeypatch, gpus, de
 def test_two_ranks_make_the_updates_of_one_process_that_sees_both_batches():
     # fit on 2 gloo ranks (DDP, token-weighted loss, clipping, SGD) against one process that sums
     # the losses of the same 2 batches per step over their tokens
-    assert distributed.check_equivalence(2, steps=4) < 1e-6
+    assert equivalence.check_equivalence(2, steps=4) < 1e-6
 
 
 def torchrun(config: Path, out: Path, root: Path, env: dict, n: int = 2) -> subprocess.Popen:

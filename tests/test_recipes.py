@@ -24,10 +24,11 @@ from aiayn.bench import (
 from aiayn.checkpoints import save_checkpoint
 from aiayn.data import BOS, EOS, PAD, load_multi30k
 from aiayn.decoding import beam_search
+from aiayn.estimate import estimate_minutes
 from aiayn.layers import set_fast
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.presets import PRESETS, TrainConfig, estimate_minutes, get_preset
+from aiayn.presets import PRESETS, TrainConfig, get_preset
 from aiayn.recipes import train
 from aiayn.runs import ResumeError
 from aiayn.training import amp_dtype_for
@@ -299,12 +300,12 @@ def test_t4_estimate_prints_its_terms_and_two_t4s_take_fewer_minutes(monkeypatch
 
 def test_reference_figures_are_those_of_the_published_run():
     """The constants the estimate starts from, recomputed from the run's summary.json and metrics.jsonl."""
-    from aiayn import presets
+    from aiayn import estimate
 
     summary = json.loads((PUBLISHED / "summary.json").read_text())
     steps = [json.loads(line) for line in (PUBLISHED / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if r["event"] == "step"]
-    ref = presets._REFERENCE
+    ref = estimate._REFERENCE
     assert (ref["steps"], ref["epochs"]) == (summary["steps"], summary["epochs_done"]) == (len(steps), 40)
     assert (ref["train_s"], ref["wall_s"]) == pytest.approx((summary["train_s"], summary["wall_s"]), abs=0.05)
     first = [r["seconds"] for r in steps if r["epoch"] == 0]
@@ -341,9 +342,9 @@ def test_other_models_count_their_ops_on_the_cpu_and_say_so():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_op_counts_of_the_presets_are_what_count_step_ops_gives_there():
-    from aiayn import presets
+    from aiayn import estimate
 
-    for (name, amp), n in presets._CUDA_OPS_PER_STEP.items():
+    for (name, amp), n in estimate._CUDA_OPS_PER_STEP.items():
         torch.manual_seed(0)
         model = Transformer(PRESETS[name].model).cuda()
         batch = bench.synthetic_batches(1, 8192, 16, 8000, device="cuda")[0]

@@ -2,7 +2,7 @@
 
 Runs, on the machine it is started on (a GPU machine: the figures are that machine's):
 
-1. ``python -m aiayn.distributed check``: two gloo CPU processes against one, 5 SGD steps;
+1. ``python -m aiayn.equivalence check``: two gloo CPU processes against one, 5 SGD steps;
 2. ``torchrun --standalone --nproc_per_node 1 -m aiayn.train --preset multi30k-smoke`` on the GPU
    (nccl), then ``python -m aiayn.evaluate`` of it;
 3. the same with ``--nproc_per_node`` one more than the GPUs: the line it is refused with;
@@ -101,10 +101,10 @@ def main() -> None:
         "command": "PYTHONPATH=src python tools/torchrun_figures.py --out torchrun.h100.json",
     }
 
-    check = run([PY, "-m", "aiayn.distributed", "check"], check=True)
+    check = run([PY, "-m", "aiayn.equivalence", "check"], check=True)
     line = check.stdout.strip().splitlines()[-1]
     figures["equivalence"] = {
-        "command": "python -m aiayn.distributed check",
+        "command": "python -m aiayn.equivalence check",
         "line": line,
         "max_abs": float(line.rsplit("=", 1)[1]),
     }

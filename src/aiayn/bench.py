@@ -239,7 +239,7 @@ def matmul_tflops(
     ``tgt_positions``, the cross-attention's k and v on the source) and the generator, each as its
     three products: the forward X·W and the backward dY·Wᵀ and Xᵀ·dY. They are issued back to
     back, ``repeats`` times, between two synchronisations: the kernels' own speed on this model's
-    shapes, with no host time between them. ``presets.ACHIEVABLE_FRACTION`` is this figure ÷ the
+    shapes, with no host time between them. ``estimate.ACHIEVABLE_FRACTION`` is this figure ÷ the
     data-sheet peak.
 
     Args:
