@@ -5,6 +5,9 @@ Screenshots go to _build/screenshots/<page>-desktop.png and -phone.png (the top 
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import siteutil as su
 
 
@@ -45,18 +48,78 @@ def test_nothing_is_wider_than_the_column(docname, page_reports):
     )
 
 
-def test_phone_layout_does_not_scroll_sideways(docname, browser, base_url, site):
-    assert (site / su.html_path(docname)).is_file(), f"{su.html_path(docname)} is listed in _toc.yml but was not built"
-    context = su.new_context(browser, base_url, viewport=su.PHONE)
-    try:
-        page, _ = su.open_page(context, base_url, su.html_path(docname))
-        overflow = page.evaluate("() => window.__aiayn.overflow()")
-        size = su.screenshot(page, su.screenshot_path(docname, "phone"))
-    finally:
-        context.close()
-    print(f"{docname} phone: screenshot {size / 1e3:.0f} kB; widths {overflow}")
+@pytest.fixture(scope="module")
+def phone_reports(browser, base_url, site):
+    """docname -> what a page measures at 390 x 844 (its widths, what sticks out of its column), loaded once."""
+    cache: dict[str, dict] = {}
+
+    def get(docname: str) -> dict:
+        if docname not in cache:
+            html = su.html_path(docname)
+            assert (site / html).is_file(), f"{html} is listed in _toc.yml but was not built"
+            context = su.new_context(browser, base_url, viewport=su.PHONE)
+            try:
+                page, _ = su.open_page(context, base_url, html)
+                cache[docname] = {
+                    "overflow": page.evaluate("() => window.__aiayn.overflow()"),
+                    "cut_off": page.evaluate("() => window.__aiayn.cutOff()"),
+                    "screenshot_bytes": su.screenshot(page, su.screenshot_path(docname, "phone")),
+                }
+            finally:
+                context.close()
+        return cache[docname]
+
+    return get
+
+
+def test_phone_layout_does_not_scroll_sideways(docname, phone_reports):
+    report = phone_reports(docname)
+    overflow = report["overflow"]
+    print(f"{docname} phone: screenshot {report['screenshot_bytes'] / 1e3:.0f} kB; widths {overflow}")
     width = overflow["innerWidth"]
     assert overflow["html"] <= width + 1 and overflow["body"] <= width + 1, describe(docname, overflow)
+
+
+SCROLLS = re.compile(r"\(overflow-x: (auto|scroll)\)$")  # cutOff()'s hiddenBy of a box that scrolls sideways
+
+
+def out_of_reach(cut: dict, width: int) -> list[dict]:
+    """The elements of a cutOff() report that a reader cannot bring onto a screen ``width`` px wide.
+
+    An element past the column's edge is within reach when the box that clips it scrolls sideways (a code box,
+    a table, display math, a long inline formula), or, with no such box, when it still ends on the screen.
+    Anything else (clipped by ``overflow: hidden``, or past the screen's edge of a page that does not scroll
+    sideways) cannot be read.
+    """
+    right = cut["column"]["right"]
+    return [
+        e
+        for e in cut["elements"]
+        if not (SCROLLS.search(e["hiddenBy"]) if e["hiddenBy"] else right + e["overflowPx"] <= width + 1)
+    ]
+
+
+def test_nothing_is_cut_off_on_a_phone(docname, phone_reports):
+    """At 390 x 844 every formula, table, chart and code line can be read to its end.
+
+    A phone's column is narrower than many formulas and outputs: what does not fit must scroll inside its own
+    box. The theme clips inline math (``span.math { overflow: hidden }``), which cut the ends off long
+    formulas on seven pages; assets/book.css lets them scroll.
+    """
+    report = phone_reports(docname)
+    cut, width = report["cut_off"], report["overflow"]["innerWidth"]
+    assert cut["column"] is not None, f"{docname} has no article.bd-article: the theme changed?"
+    lost = out_of_reach(cut, width)
+    assert not lost, (
+        f"{docname}: {len(lost)} elements are cut off in a {width} px wide window, with no way to scroll to "
+        f"their ends (the column's right edge is at x = {cut['column']['right']} px):\n"
+        + "\n".join(
+            f"  {e['overflowPx']} px past the column: {e['selector']}"
+            + (f", hidden by {e['hiddenBy']}" if e["hiddenBy"] else ", past the edge of the screen")
+            + f" {e['text']!r}"
+            for e in lost[:10]
+        )
+    )
 
 
 # A page a reader finishes: D2L keeps its sections to 5-10 screens; past 15 readers stop scrolling.
