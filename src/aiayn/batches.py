@@ -2,17 +2,19 @@
 batches, and the length-sorted batches of a corpus, epoch by epoch.
 
     B  batch        S  source length        T  target length
+    n  pairs of the corpus                  L  the longest sentence's length, <eos> included
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
 
 from .checks import check_positive, check_token_dtype
-from .data import BOS, PAD, collate, make_batches
+from .data import BOS, EOS, PAD, make_batches
 from .distributed import shard
 from .masks import decoder_mask, padding_mask, shift_right
 
@@ -22,6 +24,7 @@ __all__ = [
     "EpochBatches",
     "eval_batches",
     "IdPairs",
+    "PaddedPairs",
 ]
 
 
@@ -206,6 +209,75 @@ def copy_task_batches(
 # --- Batches of a corpus ---------------------------------------------------------------------------
 
 
+IdPairs = Sequence[tuple[Sequence[int], Sequence[int]]]
+
+
+def _round_up(n: int, multiple: int | None) -> int:
+    return n if multiple is None else -(-n // multiple) * multiple
+
+
+def _padded_table(
+    seqs: Sequence[Sequence[int]], width: int
+) -> tuple[torch.Tensor, list[int]]:
+    """Every sequence, then ``<eos>``, then ``<pad>`` up to ``width``, one row each; and the
+    rows' lengths (``<eos>`` included). One ``torch.tensor`` for all the ids, not one per row."""
+    lengths = [len(s) + 1 for s in seqs]
+    ids = torch.tensor(
+        list(itertools.chain.from_iterable(seqs)), dtype=torch.long
+    )  # (sum of lengths - n,)
+    n_ids = torch.tensor(lengths, dtype=torch.long) - 1  # (n,)
+    table = torch.full((len(seqs), width), PAD, dtype=torch.long)  # (n, L)
+    # the ids fill each row from the left, row by row (a boolean mask takes them in that order)
+    table[torch.arange(width) < n_ids[:, None]] = ids
+    table[torch.arange(len(seqs)), n_ids] = EOS
+    return table, lengths
+
+
+class PaddedPairs:
+    """Every pair's source and target padded once, ``<eos>`` appended: a batch is a gather of rows.
+
+    ``batch(indices)`` gives what ``Batch.make(*data.collate(...), PAD, BOS)`` gives for those
+    pairs, the same tensors (``tests/test_batches.py``), without a ``torch.tensor`` per sentence.
+    With ``pad_to``, each batch's S and T are rounded up to a multiple of it: fewer shapes, the
+    same loss (the masks hide the extra ``<pad>`` positions), more padded positions per batch.
+
+    Args:
+        pairs: ``(source ids, target ids)`` per pair, without ``<eos>``.
+        pad_to: round S and T up to a multiple of this (``None``: the longest sentence's length).
+    """
+
+    def __init__(self, pairs: IdPairs, pad_to: int | None = None):
+        if pad_to is not None:
+            check_positive(pad_to=pad_to)
+        if len(pairs) == 0:
+            raise ValueError(
+                "expected at least one (source ids, target ids) pair, got none"
+            )
+        self.pad_to = pad_to
+        sides = []
+        for k in (0, 1):  # source, then target
+            seqs = [pair[k] for pair in pairs]
+            width = _round_up(max(map(len, seqs)) + 1, pad_to)
+            sides.append(_padded_table(seqs, width))
+        (self.src, self.src_lengths), (self.tgt, self.tgt_lengths) = sides
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def batch(self, indices: Sequence[int]) -> Batch:
+        """The ``Batch`` of the pairs at ``indices``, in that order."""
+        if len(indices) == 0:
+            raise ValueError(
+                "expected at least one pair index, got an empty batch"
+            )
+        rows = torch.tensor(indices, dtype=torch.long)  # (B,)
+        S = _round_up(max(self.src_lengths[i] for i in indices), self.pad_to)
+        T = _round_up(max(self.tgt_lengths[i] for i in indices), self.pad_to)
+        src = self.src[:, :S].index_select(0, rows)  # (B, S)
+        tgt = self.tgt[:, :T].index_select(0, rows)  # (B, T)
+        return Batch.make(src, tgt, PAD, BOS)
+
+
 def _pinned(batch: Batch) -> Batch:
     tensors = {
         f.name: getattr(batch, f.name).pin_memory()
@@ -215,7 +287,18 @@ def _pinned(batch: Batch) -> Batch:
     return replace(batch, **tensors)
 
 
-IdPairs = Sequence[tuple[Sequence[int], Sequence[int]]]
+def _ahead(
+    batches: Iterable[Batch], device: torch.device
+) -> Iterator[Batch]:
+    """``batches`` on ``device``, each copy issued one batch ahead: before the step that precedes its own."""
+    waiting = None
+    for batch in batches:
+        moved = batch.to(device, non_blocking=True)
+        if waiting is not None:
+            yield waiting
+        waiting = moved
+    if waiting is not None:
+        yield waiting
 
 
 class EpochBatches:
@@ -227,12 +310,20 @@ class EpochBatches:
     (``distributed.shard``: every ``world``-th batch, the remainder of fewer than ``world``
     batches dropped, so that all ranks take the same number of steps).
 
+    The ids are padded into tensors once a run (``PaddedPairs``); an epoch gathers its batches'
+    rows from them. Each epoch's batches are the pairs ``make_batches`` groups for it (ties in
+    length are drawn anew each epoch, so the groups differ from epoch to epoch), as
+    ``data.collate`` pads them.
+
     Args:
         pairs: ``(source ids, target ids)`` per pair, without ``<eos>``.
         max_tokens: padded positions per batch.
         seed: the batch-order seed.
         pin_memory: pin each batch's tensors (only when CUDA is available).
         rank, world: this process's share of the batches (default: all of them).
+        device: copy each batch there (``non_blocking``) one batch ahead of the step that uses it;
+            ``None`` leaves them on the CPU.
+        pad_to: round each batch's S and T up to a multiple of this (``PaddedPairs``).
     """
 
     def __init__(
@@ -243,10 +334,14 @@ class EpochBatches:
         pin_memory: bool = False,
         rank: int = 0,
         world: int = 1,
+        device: torch.device | str | None = None,
+        pad_to: int | None = None,
     ):
         self.pairs, self.max_tokens, self.seed = pairs, max_tokens, seed
         self.rank, self.world = rank, world
         self.pin_memory = pin_memory and torch.cuda.is_available()
+        self.device = None if device is None else torch.device(device)
+        self.padded = PaddedPairs(pairs, pad_to)  # once a run
         self._indices: dict[int, list[list[int]]] = {}
 
     def indices(self, epoch: int) -> list[list[int]]:
@@ -264,17 +359,20 @@ class EpochBatches:
         return len(self.indices(0))
 
     def __call__(self, epoch: int) -> Iterator[Batch]:
-        for batch in self.indices(epoch):
-            src, tgt = collate(
-                [self.pairs[i] for i in batch]
-            )  # (B, S), (B, T)
-            out = Batch.make(src, tgt, PAD, BOS)
-            yield _pinned(out) if self.pin_memory else out
+        batches = (self.padded.batch(rows) for rows in self.indices(epoch))
+        if self.pin_memory:
+            batches = map(_pinned, batches)
+        if self.device is None:
+            return iter(batches)
+        return _ahead(batches, self.device)
 
 
-def eval_batches(pairs: IdPairs, max_tokens: int) -> list[Batch]:
+def eval_batches(
+    pairs: IdPairs, max_tokens: int, pad_to: int | None = None
+) -> list[Batch]:
     """The pairs in batches of at most ``max_tokens`` padded positions, in a fixed order."""
-    return [
-        Batch.make(*collate([pairs[i] for i in batch]), PAD, BOS)
-        for batch in make_batches(pairs, max_tokens, shuffle=False)
-    ]
+    batches = make_batches(pairs, max_tokens, shuffle=False)
+    if not batches:
+        return []
+    padded = PaddedPairs(pairs, pad_to)
+    return [padded.batch(rows) for rows in batches]

@@ -751,6 +751,7 @@ def _run(
         cfg.pin_memory and device.type == "cuda",
         rank=distributed.rank(),
         world=distributed.world_size(),
+        device=device,  # each batch copied while the step before it runs
     )
 
     with (
