@@ -109,12 +109,12 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import cli
-from .attention import set_fused
-from .batches import Batch
-from .checks import atomic_write, check_int, resolve_device
-from .compare import to_torch_transformer, torch_masks
-from .data import (
+from .. import cli
+from ..attention import set_fused
+from ..batches import Batch
+from ..checks import atomic_write, check_int, resolve_device
+from ..compare import to_torch_transformer, torch_masks
+from ..data import (
     BOS,
     EOS,
     PAD,
@@ -126,12 +126,12 @@ from .data import (
     make_batches,
     train_tokenizer,
 )
-from .layers import set_fast
-from .loss import LabelSmoothingLoss
-from .model import Transformer, TransformerConfig, count_parameters
-from .presets import PRESETS
-from .schedule import make_optimizer
-from .training import amp_dtype_for, make_grad_scaler, train_step
+from ..layers import set_fast
+from ..loss import LabelSmoothingLoss
+from ..model import Transformer, TransformerConfig, count_parameters
+from ..presets import PRESETS
+from ..schedule import make_optimizer
+from ..training import amp_dtype_for, make_grad_scaler, train_step
 
 __all__ = [
     "PEAK_BF16_TFLOPS",
@@ -1143,7 +1143,3 @@ def _bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Parse ``argv``, run the benchmark, print the table (and write JSON with ``--json``)."""
     return cli.run(_parser(), argv, _bench)
-
-
-if __name__ == "__main__":
-    main()

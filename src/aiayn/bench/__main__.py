@@ -1,0 +1,5 @@
+"""``python -m aiayn.bench``: the benchmark's command line."""
+
+from . import main
+
+main()
