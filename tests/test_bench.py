@@ -46,7 +46,7 @@ def tiny_model() -> Transformer:
 def _spy_on_batches(monkeypatch) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """The batches of every contender's warm-up and of every timed pass."""
     seen = []
-    warm_up, timed_pass = bench._warm_up, bench._timed_pass
+    warm_up, timed_pass = bench.warm_up, bench.timed_pass
 
     def spy_warm_up(step, batches, *args):
         seen.append([(b.src, b.tgt_out) for b in batches])
@@ -56,8 +56,8 @@ def _spy_on_batches(monkeypatch) -> list[list[tuple[torch.Tensor, torch.Tensor]]
         seen.append([(b.src, b.tgt_out) for b in batches])
         return timed_pass(step, batches, *args)
 
-    monkeypatch.setattr(bench, "_warm_up", spy_warm_up)
-    monkeypatch.setattr(bench, "_timed_pass", spy_timed_pass)
+    monkeypatch.setattr(bench, "warm_up", spy_warm_up)
+    monkeypatch.setattr(bench, "timed_pass", spy_timed_pass)
     return seen
 
 
@@ -161,14 +161,14 @@ def test_the_speed_is_the_median_of_per_round_ratios_not_the_ratio_of_medians():
 
 def test_run_bench_interleaves_the_passes_and_each_contender_keeps_its_own_state(monkeypatch):
     order, trainers = [], {}
-    timed_pass = bench._timed_pass
+    timed_pass = bench.timed_pass
 
     def probe(step, batches, device):
         order.append(step.name)
         trainers[step.name] = step
         return timed_pass(step, batches, device)
 
-    monkeypatch.setattr(bench, "_timed_pass", probe)
+    monkeypatch.setattr(bench, "timed_pass", probe)
     names = ["ours (explicit)", "ours (fused)", "ours (set_fast)"]
     rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=names, ops=False, rounds=3)
     assert order == [names[c] for r in range(3) for c in pass_order(3, r)]  # round by round, rotating

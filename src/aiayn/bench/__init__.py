@@ -27,29 +27,13 @@ cached) and grouped by ``data.make_batches`` within ``max_tokens``, as training 
 batch has its own shape. When the data cannot be found (or with ``data="synthetic"``), random
 pairs of ``seq_len / 2 .. seq_len`` tokens stand in, and every row says ``data: synthetic``.
 
-**Warm-up, then interleaved rounds.** Each contender is set up in turn (its own copy of the
-weights, its own Adam and gradient scaler) and runs ``warmup`` passes over the batches, every step
-timed alone (the device synchronised around it). The first step of each new batch shape is the
-warm-up: kernels chosen and plans built for that shape, and for the compiled contenders the
-compilation itself. Their number, median time and the time they took beyond a steady step
-(``warmup_extra_s``; the compile time for compiled contenders) are reported apart; what
+**Warm-up, then interleaved rounds** (``timing``). Each contender runs ``warmup`` passes, every
+step timed alone (the first step of each batch shape, and the compilation, reported apart); then
+``rounds`` rounds, each one steady pass of every contender, in an order that rotates by one place a
+round. Its speed against the first contender is the median of the per-round ratios, with their range.
+Per contender: milliseconds per step, target tokens per second, achieved TFLOP/s and MFU. What
 ``torch.compile`` warns of (graph breaks: parts of the step it runs eagerly) comes in one line under
 the table.
-
-Then the timed passes, in ``rounds`` rounds: round r runs one steady pass of every contender (each
-pass over the same batches, synchronised only at its start and end), one contender after another,
-before round r + 1 begins (``timed_rounds``). The order rotates by one place a round (``pass_order``:
-A B C, then B C A, then C A B): each contender's pass is then as often first, second or last in
-its round, so whatever one pass leaves behind for the next (caches, the allocator, a core's clock)
-does not always favour the same contender. On a shared machine the speed drifts over minutes;
-contenders timed one after another each meet another part of that drift (ratios 10-20 % off on two
-shared cores), contenders timed in the same round meet the same. Every contender's pass r starts
-from the same random seed, so all draw the same dropout masks.
-
-Per contender: the median pass over the rounds gives milliseconds per step, target tokens per
-second, achieved TFLOP/s and MFU. Its speed relative to the first contender (the baseline) is the
-median over rounds of the ratio of the two passes of one round, first ÷ this one (above 1: faster),
-with the smallest and the largest of those ratios as its spread (``ratio_summary``).
 
 **Ops per step.** ``count_step_ops`` counts the ATen operator calls of one training step (after
 one uncounted step, which creates Adam's state) with a ``TorchDispatchMode``: every call that
@@ -96,12 +80,11 @@ import contextlib
 import copy
 import json
 import logging
-import math
 import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +115,15 @@ from ..model import Transformer, TransformerConfig, count_parameters
 from ..presets import PRESETS
 from ..schedule import make_optimizer
 from ..training import amp_dtype_for, make_grad_scaler, train_step
+from .timing import (
+    batch_shape,
+    pass_order,
+    ratio_summary,
+    synchronize,
+    timed_pass,
+    timed_rounds,
+    warm_up,
+)
 
 __all__ = [
     "PEAK_BF16_TFLOPS",
@@ -282,11 +274,11 @@ def matmul_tflops(
             torch.mm(a, b)
 
     run()  # kernels chosen
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(repeats):
         run()
-    _synchronize(device)
+    synchronize(device)
     return flops * repeats / (time.perf_counter() - start) / 1e12
 
 
@@ -521,19 +513,6 @@ def _peak_memory_mib(
     )  # KiB on Linux
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _shape(batch: Batch) -> tuple[int, int, int]:
-    return (
-        batch.src.size(0),
-        batch.src.size(1),
-        batch.tgt_in.size(1),
-    )  # (B, S, T)
-
-
 class _Trainer:
     """One contender's training state: its model, Adam, gradient scaler and loss.
 
@@ -558,98 +537,6 @@ class _Trainer:
     def __call__(self, batch: Batch) -> torch.Tensor:
         return train_step(self.model, batch, self.optimizer, self.loss_fn, clip_norm=1.0,
                           amp_dtype=self.amp, check_finite=False, scaler=self.scaler)  # fmt: skip
-
-
-def _warm_up(
-    step: _Trainer,
-    batches: Sequence[Batch],
-    warmup: int,
-    device: torch.device,
-) -> tuple[list[float], list[float]]:
-    """``warmup`` passes, every step timed alone: (first steps of a shape, the other steps), in s."""
-    seen: set[tuple[int, int, int]] = set()
-    first, repeat = [], []
-    for _ in range(warmup):
-        for batch in batches:
-            _synchronize(device)
-            start = time.perf_counter()
-            step(batch)
-            _synchronize(device)
-            (repeat if _shape(batch) in seen else first).append(
-                time.perf_counter() - start
-            )
-            seen.add(_shape(batch))
-    return first, repeat
-
-
-def _timed_pass(
-    step: _Trainer, batches: Sequence[Batch], device: torch.device
-) -> tuple[float, torch.Tensor]:
-    """One steady pass over ``batches``, timed as a whole: (seconds, the last step's loss)."""
-    _synchronize(device)
-    start = time.perf_counter()
-    for batch in batches:
-        loss = step(batch)
-    _synchronize(device)
-    return time.perf_counter() - start, loss
-
-
-def pass_order(n: int, round_: int) -> list[int]:
-    """The order of the ``n`` contenders' passes in round ``round_``: 0 … n-1 rotated by the round.
-
-    Round 0 runs 0, 1, …, n-1; round 1 runs 1, …, n-1, 0; and so on: over n rounds every contender
-    takes every place once.
-    """
-    return [(round_ + i) % n for i in range(n)]
-
-
-def timed_rounds(
-    run_pass: Callable[[int, int], float], n: int, rounds: int
-) -> list[list[float]]:
-    """Time ``n`` contenders in interleaved rounds; ``times[c][r]`` is ``run_pass(c, r)``.
-
-    Round r calls ``run_pass(c, r)`` once for every contender c, in ``pass_order(n, r)``, and ends
-    before round r + 1 begins. ``run_pass`` runs and times one pass of contender c and returns its
-    seconds.
-    """
-    check_int("rounds", rounds, minimum=1)
-    times = [[math.nan] * rounds for _ in range(n)]
-    for r in range(rounds):
-        for c in pass_order(n, r):
-            times[c][r] = run_pass(c, r)
-    return times
-
-
-def ratio_summary(
-    times_by_contender: Mapping[str, Sequence[float]],
-) -> dict[str, tuple[float, float, float]]:
-    """Each contender's speed relative to the first: (median, min, max) of its per-round ratios.
-
-    The ratio of contender c in round r is ``t_first[r] / t_c[r]``: above 1, c was faster than the
-    first contender in that round. The median of these ratios, not the ratio of the median times:
-    each ratio compares two passes that ran side by side.
-
-    Args:
-        times_by_contender: per contender (the first is the baseline), the seconds of its pass in
-            each round, all of the same length.
-    """
-    names = list(times_by_contender)
-    if not names:
-        raise ValueError(
-            "ratio_summary: expected at least one contender, got none"
-        )
-    base = times_by_contender[names[0]]
-    out = {}
-    for name in names:
-        times = times_by_contender[name]
-        if len(times) != len(base) or not times:
-            raise ValueError(
-                f"ratio_summary: expected {len(base)} round times (> 0) for {name!r}, as for "
-                f"{names[0]!r}, got {len(times)}"
-            )
-        ratios = [b / t for b, t in zip(base, times, strict=True)]
-        out[name] = (statistics.median(ratios), min(ratios), max(ratios))
-    return out
 
 
 # The loggers torch.compile reports through: graph breaks, recompilations, fallbacks to eager.
@@ -898,7 +785,7 @@ def run_bench(
         training_flops(config, s, t) for s, t in zip(*lengths, strict=True)
     )
     tokens = sum(b.n_tokens for b in batches)
-    n_shapes = len({_shape(b) for b in batches})
+    n_shapes = len({batch_shape(b) for b in batches})
 
     trainers, warm, counts, resident, peak_mib, notes = (
         [],
@@ -924,7 +811,7 @@ def run_bench(
         trainer = _Trainer(name, model, amp_dtype, device)
         torch.manual_seed(seed)  # the same dropout draws for every contender
         with _collect(compiled) as compile_warnings:  # compiled here
-            warm.append(_warm_up(trainer, batches, size["warmup"], device))
+            warm.append(warm_up(trainer, batches, size["warmup"], device))
         trainers.append(trainer)
         notes.append(list(compile_warnings) if compiled else None)
         resident.append(_allocated(device) - base_bytes)
@@ -939,7 +826,7 @@ def run_bench(
         )  # pass r: the same dropout draws for all
         before = _start_memory(device) if r == 0 else 0
         with _collect(notes[c] is not None) as compile_warnings:
-            seconds, losses[c] = _timed_pass(trainers[c], batches, device)
+            seconds, losses[c] = timed_pass(trainers[c], batches, device)
         if notes[c] is not None:  # compiled here when there was no warm-up
             notes[c] += [n for n in compile_warnings if n not in notes[c]]
         if r == 0 and cuda:  # what this pass allocated beyond what it held
