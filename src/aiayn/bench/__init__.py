@@ -43,12 +43,8 @@ are not counted: their kernels are no ATen calls.
 product of a step, forward and backward, over the real tokens only; MFU is the achieved FLOP/s ÷ the
 device's peak dense bfloat16 FLOP/s (``PEAK_BF16_TFLOPS``, or ``--peak-tflops``).
 
-**Peak memory.** On CUDA, ``torch.cuda.max_memory_allocated`` over a contender's set-up, warm-up
-and first timed pass, less what the other contenders hold (all of them stay on the device for the
-rounds): weights, Adam's states, activations and gradients. On a CPU there is no per-phase counter:
-the column shows the process's peak resident memory after the contender's warm-up
-(``resource.getrusage().ru_maxrss``), which never decreases, so it compares contenders only when a
-later one needs more than every earlier one.
+**Peak memory** (``memory``). On CUDA, what a contender's set-up, warm-up and first timed pass
+allocated at the most, less what the other contenders hold; on a CPU, the process's peak.
 
     B  batch        S  source length        T  target length        V  vocabulary size
 """
@@ -98,6 +94,7 @@ from .flops import (
     peak_tflops,
     training_flops,
 )
+from .memory import allocated_bytes, peak_memory_mib, start_memory
 from .op_counts import CountOps, count_step_ops
 from .timing import (
     batch_shape,
@@ -256,37 +253,6 @@ def multi30k_batches(
         for g in groups
     ]
     return batches, tokenizer.vocab_size
-
-
-def _start_memory(device: torch.device) -> int:
-    """On CUDA: synchronise, reset the peak counter, return the bytes allocated now (else 0)."""
-    if device.type != "cuda":
-        return 0
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
-
-
-def _allocated(device: torch.device) -> int:
-    return (
-        torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-    )
-
-
-def _peak_memory_mib(
-    device: torch.device, base_bytes: int = 0
-) -> float | None:
-    """CUDA: the peak since ``_start_memory`` beyond ``base_bytes``; else the process's peak."""
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) - base_bytes
-        return peak / 2**20
-    try:
-        import resource
-    except ImportError:  # not on Windows
-        return None
-    return (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-    )  # KiB on Linux
 
 
 class _Trainer:
@@ -572,7 +538,7 @@ def run_bench(
         [],
     )
     for name in contenders:  # set up and warm up each contender in turn
-        base_bytes = _start_memory(device)
+        base_bytes = start_memory(device)
         model = _contender(name, base, compile_backend).to(device)
         compiled = "compiled" in name
         counts.append(
@@ -590,8 +556,8 @@ def run_bench(
             warm.append(warm_up(trainer, batches, size["warmup"], device))
         trainers.append(trainer)
         notes.append(list(compile_warnings) if compiled else None)
-        resident.append(_allocated(device) - base_bytes)
-        peak_mib.append(_peak_memory_mib(device, base_bytes))
+        resident.append(allocated_bytes(device) - base_bytes)
+        peak_mib.append(peak_memory_mib(device, base_bytes))
 
     losses: dict[int, torch.Tensor] = {}
 
@@ -600,13 +566,13 @@ def run_bench(
         torch.manual_seed(
             seed + 1 + r
         )  # pass r: the same dropout draws for all
-        before = _start_memory(device) if r == 0 else 0
+        before = start_memory(device) if r == 0 else 0
         with _collect(notes[c] is not None) as compile_warnings:
             seconds, losses[c] = timed_pass(trainers[c], batches, device)
         if notes[c] is not None:  # compiled here when there was no warm-up
             notes[c] += [n for n in compile_warnings if n not in notes[c]]
         if r == 0 and cuda:  # what this pass allocated beyond what it held
-            extra = torch.cuda.max_memory_allocated(device) - before
+            extra = torch.cuda.max_memoryallocated_bytes(device) - before
             peak_mib[c] = max(peak_mib[c], (resident[c] + extra) / 2**20)
         return seconds
 
