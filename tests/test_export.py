@@ -140,3 +140,48 @@ def test_sentences_with_nothing_known_or_too_long_are_named(exported):
     assert ex.source_ids(vocab, "Ein Mann.", 256)[-1] == vocab.eos_id
     with pytest.raises(ValueError, match="pieces \\+ <eos>, the model reads at most 256"):
         ex.source_ids(vocab, "Hund " * 300, 256)
+
+
+def test_export_reads_odd_input_as_translation_does(published, exported):
+    """Decomposed umlauts, runs of whitespace, non-breaking and zero-width characters: export.source_ids (the
+    page's twin) and translation.source_ids (sentencepiece) give the same ids, or both None."""
+    from test_web_js import ODD_INPUT
+
+    from aiayn.translation import source_ids
+
+    _, tokenizer = published
+    vocab = ex.Vocabulary.load(exported)
+    for text in ODD_INPUT:
+        assert ex.source_ids(vocab, text, 256) == source_ids(tokenizer, [text], 256)[0], repr(text)
+    composed = ex.source_ids(vocab, "Zwei Mädchen überqueren die Brücke.", 256)
+    assert ex.source_ids(vocab, "Zwei Ma\u0308dchen u\u0308berqueren die Bru\u0308cke.", 256) == composed
+    assert ex.source_ids(vocab, " Ein \t Mann.\n", 256) == ex.source_ids(vocab, "Ein Mann.", 256)
+    for blank in ("\u00a0", "\u200b\u2060\ufeff", " \u200c \u200d\t"):
+        assert ex.source_ids(vocab, blank, 256) is None, repr(blank)
+
+
+def test_the_json_files_of_an_export_name_no_path(exported):
+    """manifest.json, translator.json and tokenizer.json (what the page downloads besides the graphs) name
+    neither the model's folder, nor the output, nor any other absolute path."""
+    import re
+
+    absolute = re.compile(r"(?<![\w.])(/(?:home|root|work|tmp|Users|mnt|opt|var|srv)/|[A-Za-z]:\\)")
+    places = [str(p) for p in (PUBLISHED, PUBLISHED.resolve(), exported, exported.resolve(), exported.parent)]
+
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield k
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    for name in (ex.MANIFEST, ex.SETTINGS_JSON, ex.TOKENIZER_JSON):
+        found = [
+            s for s in strings(json.loads((exported / name).read_text("utf-8")))
+            if absolute.search(s) or any(p in s for p in places)
+        ]
+        assert not found, f"{name} names {found[:3]}"

@@ -4,6 +4,10 @@ Python writes what it gets to a JSON file (sentencepiece's ids and texts; ``gree
 ``attention`` over the float32 and the int8 graphs), then ``node --test`` runs tests/js/*.test.mjs against
 it: the same tokens on float32, the same on nearly every sentence on int8 (tests/js/translator.int8.test.mjs
 says why not on every one).
+
+How a sentence is read before it is split (``translation.normalise`` and ``is_blank``) needs no model: its
+cases are committed, tests/js/normalise.cases.json (``python tests/test_web_js.py`` writes them again), and
+tests/js/normalise.test.mjs holds ``normalise`` and ``isBlank`` to them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from conftest import PUBLISHED
 
 from aiayn import export as ex
 from aiayn.data import Tokenizer, load_multi30k
+from aiayn.translation import ZERO_WIDTH, is_blank, normalise
 
 REPO = Path(__file__).resolve().parents[1]
 # text the tokenizer must split as sentencepiece does: blanks, emoji, specials written out, umlauts
@@ -29,8 +34,28 @@ ODD = [
     "a\u2581b", "\u2581", "Cafe\u0301", "日本語", "Mann\tFrau", "  vorne und hinten  ", "\u00a0",
     "123 456", "ＡＢＣ", "ﬁ",
 ]  # fmt: skip
+# text as readers type or paste it: umlauts decomposed (a + U+0308, as some macOS pastes give), runs of
+# spaces, tabs and newlines, non-breaking and other Unicode spaces, zero-width characters alone or inside
+ODD_INPUT = [
+    "Zwei Ma\u0308dchen u\u0308berqueren die Bru\u0308cke.", "  Ein  Mann\tfährt\n\n Fahrrad.  ",
+    "Ein\u00a0Mann\u2009fährt\u3000Fahrrad.", "\u00a0", "\u200b", "\u200b\u2060\ufeff", " \u200c \u200d\t",
+    "Ein\u200bMann.", "\ufeffEin Mann.", "Ein\x1cMann\x85fährt.", "Cafe\u0301", "\u212b", "ﬁ", "\u1100\u1161",
+    "a\u0323\u0307", "\r\n", "",
+]  # fmt: skip
+NORMALISE_CASES = REPO / "tests/js/normalise.cases.json"
 # sentences searched on each kind of graph, from the end of test 2016 (other tests read its start)
 SENTENCES = {"fp32": 50, "int8": 50}
+
+
+def normalise_cases() -> dict:
+    """What tests/js/normalise.cases.json holds: Python's whitespace, zero-width characters, and what
+    ``normalise`` and ``is_blank`` make of ODD_INPUT."""
+    return {
+        "what": "aiayn.translation.normalise and is_blank on odd input (tests/test_web_js.py writes this file)",
+        "whitespace": [c for c in range(0x110000) if chr(c).isspace()],
+        "zero_width": sorted(map(ord, ZERO_WIDTH)),
+        "texts": [{"text": t, "normalised": normalise(t), "blank": is_blank(t)} for t in ODD_INPUT],
+    }
 
 
 def _source_case(vocab: ex.Vocabulary, text: str, max_len: int) -> dict:
@@ -80,7 +105,7 @@ def cases(exported, root, tmp_path_factory) -> Path:
         ids = tokenizer.encode(text)
         decoded = tokenizer.decode(ids)
         tokens.append({"text": text, "ids": ids, "decoded": decoded})
-    blank = ("", "\U0001f600 \U0001f389", " \t", "Ein Mann.")
+    blank = ("", "\U0001f600 \U0001f389", " \t", "Ein Mann.", *ODD_INPUT)
     sources = [_source_case(vocab, t, settings["max_len"]) for t in blank]
     sources.append(_source_case(vocab, "Hund " * 300, 256))
     sources.append(_source_case(vocab, "Ein Mann auf einem Pferd.", 4))
@@ -102,9 +127,7 @@ def cases(exported, root, tmp_path_factory) -> Path:
 
 
 def test_the_javascript_translator_gives_python_s_results(exported, cases):
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("node is not on PATH: these tests need Node 20.10+")
+    node = _node()
     if not (REPO / "node_modules/onnxruntime-web").is_dir():
         pytest.fail(f"onnxruntime-web is missing: run `npm ci` in {REPO}")
     env = os.environ | {"AIAYN_EXPORT": str(exported)}
@@ -114,3 +137,27 @@ def test_the_javascript_translator_gives_python_s_results(exported, cases):
     command = [node, "--test", "--test-concurrency=2", *map(str, tests)]
     run = subprocess.run(command, env=env, capture_output=True, text=True)
     assert run.returncode == 0, f"node failed:\n{run.stdout}\n{run.stderr}"
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not on PATH: these tests need Node 20.10+")
+    return node
+
+
+def test_the_committed_normalisation_cases_are_python_s():
+    committed = json.loads(NORMALISE_CASES.read_text("utf-8"))
+    assert committed == normalise_cases(), f"{NORMALISE_CASES} is out of date: `python tests/test_web_js.py`"
+
+
+def test_normalise_and_is_blank_in_javascript_are_python_s():
+    """No model needed: the committed cases, and every code point's whitespace."""
+    command = [_node(), "--test", str(REPO / "tests/js/normalise.test.mjs")]
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 0, f"node failed:\n{run.stdout}\n{run.stderr}"
+
+
+if __name__ == "__main__":
+    NORMALISE_CASES.write_text(json.dumps(normalise_cases(), indent=1) + "\n")
+    print(f"wrote {NORMALISE_CASES}")

@@ -61,6 +61,7 @@ from . import cli
 from .attention import set_fused
 from .checks import atomic_write
 from .runs import CHECKPOINT, CONFIG, RunFolder, RunFolderError, shown
+from .translation import is_blank, normalise
 
 GRAPHS = ("encoder", "decoder")
 ENCODER_OUTPUTS = ["memory", "encoder_attention"]
@@ -471,11 +472,15 @@ def bpe_encode(vocab: Vocabulary, text: str) -> list[int]:
 def source_ids(
     vocab: Vocabulary, text: str, max_len: int
 ) -> list[int] | None:
-    """The ids the encoder reads, ``<eos>`` last; ``None`` when the sentence has no known piece.
+    """The ids the encoder reads, ``<eos>`` last; ``None`` when there is nothing to translate.
 
-    As ``aiayn.translation.source_ids``: a sentence too long for the model's positions is refused.
+    As ``aiayn.translation.source_ids``: the text is read as ``normalise`` gives it (NFC, whitespace
+    collapsed and trimmed); a blank one (``is_blank``) or one with no known piece gives ``None``; a
+    sentence too long for the model's positions is refused.
     """
-    ids = bpe_encode(vocab, text)
+    if is_blank(text):
+        return None
+    ids = bpe_encode(vocab, normalise(text))
     boundary = vocab.ids.get(BOUNDARY)
     if all(i in (vocab.unk_id, boundary) for i in ids):
         return None

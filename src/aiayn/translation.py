@@ -20,6 +20,7 @@ import json
 import math
 import os
 import time
+import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ __all__ = [
     "load_run",
     "ZERO_WIDTH",
     "is_blank",
+    "normalise",
     "source_ids",
     "translate",
     "QUANTIZE",
@@ -200,6 +202,16 @@ def is_blank(sentence: str) -> bool:
     return all(c.isspace() or c in ZERO_WIDTH for c in sentence)
 
 
+def normalise(sentence: str) -> str:
+    """The sentence as the model reads it: composed (NFC), each run of whitespace one space, none at the ends.
+
+    NFC: an umlaut typed as "a" and a combining diaeresis (as some pastes on macOS give) becomes the
+    one character "ä" that the captions use. Whitespace is what ``str.isspace`` says (tabs,
+    newlines, non-breaking spaces ...); zero-width characters are left as they are.
+    """
+    return " ".join(unicodedata.normalize("NFC", sentence).split())
+
+
 def source_ids(
     tokenizer: Tokenizer,
     sentences: Sequence[str],
@@ -208,7 +220,8 @@ def source_ids(
 ) -> list[list[int] | None]:
     """Each sentence's ids ending in ``<eos>``, or ``None`` where there is nothing to translate.
 
-    A blank sentence (``is_blank``: only whitespace, non-breaking spaces included, and zero-width
+    Each sentence is read as ``normalise`` gives it (NFC, whitespace collapsed and trimmed). A
+    blank sentence (``is_blank``: only whitespace, non-breaking spaces included, and zero-width
     characters), or one with no piece the model knows (only ``<unk>`` and word boundaries, e.g.
     emoji), gives ``None``: its translation is ``""``, not one the model would invent. A
     sentence longer than the model's ``max_len`` positions (``<eos>`` included) is refused with
@@ -225,7 +238,8 @@ def source_ids(
         )
     boundary = tokenizer.piece_to_id("\u2581")  # "▁", a word boundary alone
     ids: list[list[int] | None] = []
-    for i, pieces in enumerate(tokenizer.encode_batch(list(sentences))):
+    texts = [normalise(s) for s in sentences]
+    for i, pieces in enumerate(tokenizer.encode_batch(texts)):
         unknown = all(p in (UNK, boundary) for p in pieces)
         if unknown or is_blank(sentences[i]):
             ids.append(None)

@@ -5,6 +5,15 @@
 // N layers, h heads. Ids are plain numbers; the graphs read int64 tensors.
 
 const BOUNDARY = '\u2581'; // "▁", sentencepiece's word boundary
+// characters that take no room (Python's translation.ZERO_WIDTH): zero-width
+// space, non-joiner and joiner, word joiner, byte-order mark
+const ZERO_WIDTH = new Set(['\u200b', '\u200c', '\u200d', '\u2060', '\ufeff']);
+// what Python's str.isspace calls whitespace, spelled out: JavaScript's \s
+// holds U+FEFF and lacks U+001C-U+001F and U+0085
+const SPACE = String.raw`\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029` +
+  String.raw`\u202f\u205f\u3000`;
+const IS_SPACE = new RegExp(`^[${SPACE}]$`, 'u');
+const SPACES = new RegExp(`[${SPACE}]+`, 'u');
 
 /** The two graphs in onnxruntime-web sessions: set
  *  ort.env.wasm.numThreads = 1 before `create` for one thread. */
@@ -63,6 +72,19 @@ export class Vocabulary {
   }
 }
 
+/** aiayn.translation.is_blank: true when the sentence holds only whitespace
+ *  (as Python's str.isspace) and zero-width characters; '' is blank. */
+export function isBlank(sentence) {
+  return Array.from(sentence).every((c) => IS_SPACE.test(c) ||
+    ZERO_WIDTH.has(c));
+}
+
+/** aiayn.translation.normalise: the sentence composed (NFC), each run of
+ *  whitespace one space, none at the ends (Python's " ".join(s.split())). */
+export function normalise(sentence) {
+  return sentence.normalize('NFC').split(SPACES).filter(Boolean).join(' ');
+}
+
 /** sentencepiece's BPE: spaces become "▁", then merge the best-scoring
  *  neighbours until none is a piece. text -> ids (no <eos>). */
 export function bpeEncode(vocab, text) {
@@ -91,10 +113,12 @@ export function bpeEncode(vocab, text) {
   return ids;
 }
 
-/** The ids the encoder reads, <eos> last; null when the sentence has no
- *  known piece; an Error when it is too long for the model's positions. */
+/** The ids the encoder reads, <eos> last, of the text as normalise gives
+ *  it; null when it is blank (isBlank) or has no known piece; an Error when
+ *  it is too long for the model's positions. */
 export function sourceIds(vocab, text, maxLen) {
-  const ids = bpeEncode(vocab, text);
+  if (isBlank(text)) return null;
+  const ids = bpeEncode(vocab, normalise(text));
   const boundary = vocab.ids.get(BOUNDARY);
   if (ids.every((i) => i === vocab.unkId || i === boundary)) return null;
   if (ids.length + 1 > maxLen) {
