@@ -28,6 +28,7 @@ from aiayn.bench import (
     synthetic_batches,
     timed_rounds,
 )
+from aiayn.bench.compile_warnings import COMPILE_LOGGERS
 from aiayn.data import PAD, SHA256, DatasetUnavailable
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
@@ -314,7 +315,7 @@ def test_the_command_prints_its_table_and_one_line_for_a_graph_break_not_dynamos
 
 def test_compile_warnings_are_collected_in_one_line_each_and_the_loggers_restored(capsys, monkeypatch):
     monkeypatch.delenv("TORCH_LOGS", raising=False)
-    loggers = [logging.getLogger(name) for name in bench.COMPILE_LOGGERS]
+    loggers = [logging.getLogger(name) for name in COMPILE_LOGGERS]
     before = [(lg.handlers, lg.propagate) for lg in loggers]
     with collect_compile_warnings() as notes:
         log = logging.getLogger("torch._dynamo.variables.tensor")
