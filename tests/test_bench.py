@@ -110,8 +110,8 @@ class _SlowFirstShape(nn.Module):
 
 
 def test_warm_up_is_reported_apart_from_the_steady_state(monkeypatch):
-    make = bench._contender
-    monkeypatch.setattr(bench, "_contender", lambda *args: _SlowFirstShape(make(*args), 0.1))
+    make = bench.make_contender
+    monkeypatch.setattr(bench, "make_contender", lambda *args: _SlowFirstShape(make(*args), 0.1))
     (row,) = run_bench("cpu", **TINY, steps=4, warmup=2, data="synthetic", contenders=["ours (fused)"], ops=False,
                        rounds=2)  # fmt: skip
     shapes = len({(b.src.shape, b.tgt_in.shape) for b in synthetic_batches(4, 160, 8, 60)})

@@ -4,22 +4,11 @@
     python -m aiayn.bench --steps 40 --max-tokens 8192 --json bench.json
     python -m aiayn.bench --contenders "ours (explicit)" "ours (set_fast)" --rounds 9
 
-Every contender runs the same training loop (``training.train_step``: autocast on CUDA, Adam,
-clipping) on the same batches, from the same weights, with the same dropout draws:
-
-* ``ours (explicit)``: ``aiayn.model.Transformer`` computing softmax(QKᵀ/√d_k)V step by step,
-  the LayerNorm written out, as the chapters explain it;
-* ``ours (fused)``: the same model on ``F.scaled_dot_product_attention`` (``set_fused``), as the
-  ``multi30k`` preset trains;
-* ``ours (set_fast)``: every fast path (``layers.set_fast``: fused attention, packed q/k/v,
-  ``F.layer_norm``, masks prepared once);
-* ``ours (set_fast, compiled)``: that model under ``torch.compile(dynamic=True)``;
-* ``nn.Transformer``: PyTorch's stacks between the same embeddings, positional encoding and tied
-  generator (``TorchTransformer``; the masks are the same masks in PyTorch's convention), and
-  ``nn.Transformer (compiled)``, compiled the same way.
-
-``CONTENDERS`` (the default of ``run_bench``) are the first three and ``nn.Transformer``'s eager
-run; ``ALL_CONTENDERS`` (the command's default) adds ``set_fast`` and the compiled ones.
+Every contender (``contenders``) runs the same training loop on the same batches, from the same
+weights, with the same dropout draws: our ``Transformer`` explicit (as the chapters explain it),
+fused, on every fast path (``set_fast``) and compiled, and ``nn.Transformer`` eager and compiled.
+``CONTENDERS`` (the default of ``run_bench``) are the first two, ``nn.Transformer``'s eager run and
+none other; ``ALL_CONTENDERS`` (the command's default) has them all.
 
 **Batches.** By default the first ``steps`` batches of a shuffled epoch of the Multi30k training
 pairs, encoded with the joint BPE tokenizer of ``vocab_size`` pieces (``data.train_tokenizer``,
@@ -53,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import os
 import statistics
@@ -62,13 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from .. import cli
-from ..attention import set_fused
 from ..batches import Batch
 from ..checks import atomic_write, check_int, resolve_device
-from ..compare import to_torch_transformer, torch_masks
 from ..data import (
     BOS,
     EOS,
@@ -81,13 +66,17 @@ from ..data import (
     make_batches,
     train_tokenizer,
 )
-from ..layers import set_fast
-from ..loss import LabelSmoothingLoss
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..presets import PRESETS
-from ..schedule import make_optimizer
-from ..training import amp_dtype_for, make_grad_scaler, train_step
+from ..training import amp_dtype_for
 from .compile_warnings import collect_compile_warnings, compile_note
+from .contenders import (
+    ALL_CONTENDERS,
+    CONTENDERS,
+    TorchTransformer,
+    Trainer,
+    make_contender,
+)
 from .flops import (
     PEAK_BF16_TFLOPS,
     matmul_tflops,
@@ -126,63 +115,6 @@ __all__ = [
     "compile_note",
     "main",
 ]
-
-CONTENDERS = ("ours (explicit)", "ours (fused)", "nn.Transformer")
-ALL_CONTENDERS = (
-    "ours (explicit)",
-    "ours (fused)",
-    "ours (set_fast)",
-    "ours (set_fast, compiled)",
-    "nn.Transformer",
-    "nn.Transformer (compiled)",
-)
-
-
-class TorchTransformer(nn.Module):
-    """``nn.Transformer`` between copies of ``model``'s embeddings, positional encoding and generator.
-
-    It starts from a copy of all of ``model``'s weights (``compare.to_torch_transformer``, without the final
-    LayerNorms that ``nn.Transformer`` adds in post-norm mode), so both have the same parameter count and,
-    without dropout, the same outputs. Called like ``Transformer``; the masks are rebuilt from the ids
-    in PyTorch's convention (``compare.torch_masks``), so the ``src_mask``/``tgt_mask`` given are ignored.
-
-    Args:
-        model: an ``aiayn`` ``Transformer`` with ``d_k = d_v = d_model / h``.
-    """
-
-    def __init__(self, model: Transformer):
-        super().__init__()
-        self.config = model.config
-        ours = copy.deepcopy(
-            model
-        )  # deepcopy keeps shared (tied) parameters shared
-        self.src_embed, self.tgt_embed, self.generator = (
-            ours.src_embed,
-            ours.tgt_embed,
-            ours.generator,
-        )
-        self.transformer = to_torch_transformer(model).train()
-        for m in (
-            self.transformer.modules()
-        ):  # to_torch_transformer builds with dropout 0
-            if isinstance(m, nn.Dropout):
-                m.p = self.config.dropout
-            elif isinstance(m, nn.MultiheadAttention):
-                m.dropout = self.config.dropout
-
-    def forward(
-        self,
-        src: torch.Tensor,
-        tgt: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """``(B, S)`` source and ``(B, T)`` decoder input ids to ``(B, T, V)`` logits."""
-        masks = torch_masks(src, tgt, self.config.pad_id)
-        out = self.transformer(
-            self.src_embed(src), self.tgt_embed(tgt), **masks
-        )  # (B, T, d_model)
-        return self.generator(out)  # (B, T, V)
 
 
 def synthetic_batches(
@@ -255,32 +187,6 @@ def multi30k_batches(
     return batches, tokenizer.vocab_size
 
 
-class _Trainer:
-    """One contender's training state: its model, Adam, gradient scaler and loss.
-
-    ``trainer(batch)`` takes one step: ``training.train_step``, the step ``fit`` takes, without its
-    per-step finiteness check (a device synchronisation that ``fit`` pays and a benchmark should
-    not).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        model: nn.Module,
-        amp: torch.dtype | None,
-        device: torch.device,
-    ):
-        self.name, self.model, self.amp = name, model.train(), amp
-        # fused Adam on CUDA; a constant rate is enough
-        self.optimizer = make_optimizer(model, lr=1e-4)
-        self.scaler = make_grad_scaler(amp, device)
-        self.loss_fn = LabelSmoothingLoss(0.1, ignore_index=PAD)
-
-    def __call__(self, batch: Batch) -> torch.Tensor:
-        return train_step(self.model, batch, self.optimizer, self.loss_fn, clip_norm=1.0,
-                          amp_dtype=self.amp, check_finite=False, scaler=self.scaler)  # fmt: skip
-
-
 def _collect(compiled: bool) -> contextlib.AbstractContextManager[list[str]]:
     """``collect_compile_warnings()`` for a compiled contender, else an empty list."""
     return (
@@ -288,18 +194,6 @@ def _collect(compiled: bool) -> contextlib.AbstractContextManager[list[str]]:
         if compiled
         else contextlib.nullcontext([])
     )
-
-
-def _contender(name: str, base: Transformer, backend: str) -> nn.Module:
-    """A fresh copy of ``base`` as contender ``name`` (on the CPU)."""
-    if name.startswith("nn.Transformer"):
-        model = TorchTransformer(base)
-    else:
-        model = copy.deepcopy(base)
-        set_fused(model, name == "ours (fused)")
-        if "set_fast" in name:
-            set_fast(model)
-    return model
 
 
 def run_bench(
@@ -475,7 +369,7 @@ def run_bench(
     )
     for name in contenders:  # set up and warm up each contender in turn
         base_bytes = start_memory(device)
-        model = _contender(name, base, compile_backend).to(device)
+        model = make_contender(name, base, compile_backend).to(device)
         compiled = "compiled" in name
         counts.append(
             count_step_ops(model, batches[0], amp_dtype)
@@ -486,7 +380,7 @@ def run_bench(
             model = torch.compile(
                 model, backend=compile_backend, dynamic=True
             )
-        trainer = _Trainer(name, model, amp_dtype, device)
+        trainer = Trainer(name, model, amp_dtype, device)
         torch.manual_seed(seed)  # the same dropout draws for every contender
         with _collect(compiled) as compile_warnings:  # compiled here
             warm.append(warm_up(trainer, batches, size["warmup"], device))
