@@ -15,20 +15,22 @@ import torch
 from torch import nn
 
 from aiayn import bench
-from aiayn.bench import (
-    ALL_CONTENDERS,
-    CONTENDERS,
+from aiayn.bench import run
+from aiayn.bench.compile_warnings import (
+    COMPILE_LOGGERS,
     collect_compile_warnings,
     compile_note,
-    count_step_ops,
+)
+from aiayn.bench.contenders import ALL_CONTENDERS, CONTENDERS
+from aiayn.bench.flops import peak_tflops
+from aiayn.bench.op_counts import count_step_ops
+from aiayn.bench.run import (
+    format_table,
     multi30k_batches,
-    pass_order,
-    ratio_summary,
     run_bench,
     synthetic_batches,
-    timed_rounds,
 )
-from aiayn.bench.compile_warnings import COMPILE_LOGGERS
+from aiayn.bench.timing import pass_order, ratio_summary, timed_rounds
 from aiayn.data import PAD, SHA256, DatasetUnavailable
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
@@ -47,7 +49,7 @@ def tiny_model() -> Transformer:
 def _spy_on_batches(monkeypatch) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """The batches of every contender's warm-up and of every timed pass."""
     seen = []
-    warm_up, timed_pass = bench.warm_up, bench.timed_pass
+    warm_up, timed_pass = run.warm_up, run.timed_pass
 
     def spy_warm_up(step, batches, *args):
         seen.append([(b.src, b.tgt_out) for b in batches])
@@ -57,8 +59,8 @@ def _spy_on_batches(monkeypatch) -> list[list[tuple[torch.Tensor, torch.Tensor]]
         seen.append([(b.src, b.tgt_out) for b in batches])
         return timed_pass(step, batches, *args)
 
-    monkeypatch.setattr(bench, "warm_up", spy_warm_up)
-    monkeypatch.setattr(bench, "timed_pass", spy_timed_pass)
+    monkeypatch.setattr(run, "warm_up", spy_warm_up)
+    monkeypatch.setattr(run, "timed_pass", spy_timed_pass)
     return seen
 
 
@@ -110,8 +112,8 @@ class _SlowFirstShape(nn.Module):
 
 
 def test_warm_up_is_reported_apart_from_the_steady_state(monkeypatch):
-    make = bench.make_contender
-    monkeypatch.setattr(bench, "make_contender", lambda *args: _SlowFirstShape(make(*args), 0.1))
+    make = run.make_contender
+    monkeypatch.setattr(run, "make_contender", lambda *args: _SlowFirstShape(make(*args), 0.1))
     (row,) = run_bench("cpu", **TINY, steps=4, warmup=2, data="synthetic", contenders=["ours (fused)"], ops=False,
                        rounds=2)  # fmt: skip
     shapes = len({(b.src.shape, b.tgt_in.shape) for b in synthetic_batches(4, 160, 8, 60)})
@@ -162,14 +164,14 @@ def test_the_speed_is_the_median_of_per_round_ratios_not_the_ratio_of_medians():
 
 def test_run_bench_interleaves_the_passes_and_each_contender_keeps_its_own_state(monkeypatch):
     order, trainers = [], {}
-    timed_pass = bench.timed_pass
+    timed_pass = run.timed_pass
 
     def probe(step, batches, device):
         order.append(step.name)
         trainers[step.name] = step
         return timed_pass(step, batches, device)
 
-    monkeypatch.setattr(bench, "timed_pass", probe)
+    monkeypatch.setattr(run, "timed_pass", probe)
     names = ["ours (explicit)", "ours (fused)", "ours (set_fast)"]
     rows = run_bench("cpu", **TINY, steps=2, warmup=1, data="synthetic", contenders=names, ops=False, rounds=3)
     assert order == [names[c] for r in range(3) for c in pass_order(3, r)]  # round by round, rotating
@@ -271,7 +273,7 @@ def test_chapter_11_call_still_works():
     assert [r["name"] for r in rows] == list(CONTENDERS)
     assert {"name", "params", "tokens_per_s", "loss", "device_name", "mfu"} <= set(rows[0])
     assert abs(rows[0]["loss"] - rows[1]["loss"]) < 1e-4
-    assert bench.format_table(rows).count("\n") == 2 + len(rows) - 1
+    assert format_table(rows).count("\n") == 2 + len(rows) - 1
 
 
 def test_bench_rejects_unknown_contenders_and_data():
@@ -286,11 +288,11 @@ def test_bench_rejects_unknown_contenders_and_data():
 
 
 def test_peak_table_matches_device_names():
-    assert bench.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
-    assert bench.peak_tflops("NVIDIA H100 PCIe") == 756.0
-    assert bench.peak_tflops("NVIDIA H200") == 989.0
-    assert bench.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
-    assert bench.peak_tflops("Some CPU") is None
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA H200") == 989.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert peak_tflops("Some CPU") is None
 
 
 def test_the_command_prints_its_table_and_one_line_for_a_graph_break_not_dynamos_warnings():
