@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 import http.server
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 from aiayn import data as D
+from aiayn import download
 from aiayn import published as P
 from aiayn.masks import shift_right
 
@@ -75,9 +75,9 @@ def _copy(root: Path, dest: Path, *names: str) -> None:
 def _serve_from(root: Path, log: list[str]):
     """A fake downloader that answers each URL with the bytes of the local copy."""
 
-    def downloader(url: str) -> bytes:
+    def downloader(url: str, deadline: float) -> list[bytes]:
         log.append(url)
-        return (root / url.rsplit("/", 1)[-1]).read_bytes()
+        return [(root / url.rsplit("/", 1)[-1]).read_bytes()]
 
     return downloader
 
@@ -152,14 +152,14 @@ def test_hashes_are_cached(root, tmp_path, monkeypatch):
     _copy(root, tmp_path, "val.de.gz", "val.en.gz")
     D.load_multi30k("val", tmp_path, download=False)
     calls = []
-    real = hashlib.sha256
-    monkeypatch.setattr(D.hashlib, "sha256", lambda *a: calls.append(a) or real(*a))
+    real = download.sha256_file
+    monkeypatch.setattr(download, "sha256_file", lambda *a: calls.append(a) or real(*a))
     D.load_multi30k("val", tmp_path, download=False)
     assert calls == []
 
 
 def test_offline_error_names_files_and_folder(tmp_path):
-    def offline(url: str) -> bytes:
+    def offline(url: str, deadline: float) -> list[bytes]:
         raise urllib.error.URLError("no network")
 
     with pytest.raises(D.DatasetUnavailable) as err:
@@ -171,7 +171,7 @@ def test_offline_error_names_files_and_folder(tmp_path):
 
 
 def test_no_download_error(tmp_path):
-    def never(url: str) -> bytes:
+    def never(url: str, deadline: float) -> list[bytes]:
         raise AssertionError("must not download")
 
     with pytest.raises(D.DatasetUnavailable, match=r"val\.en\.gz"):
@@ -204,7 +204,7 @@ def test_download_is_verified_and_atomic(root, tmp_path, monkeypatch):
 def test_bad_download_writes_nothing(root, tmp_path):
     expected = rf"downloaded .*val\.de\.gz has SHA-256 [0-9a-f]{{64}}, expected {D.SHA256['val.de.gz']}"
     with pytest.raises(D.ChecksumError, match=expected):
-        D.load_multi30k("val", tmp_path, downloader=lambda url: b"<html>rate limited</html>")
+        D.load_multi30k("val", tmp_path, downloader=lambda url, deadline: [b"<html>rate limited</html>"])
     assert list(tmp_path.iterdir()) == []
 
 
@@ -286,7 +286,7 @@ def test_a_trickling_download_of_multi30k_stops_at_its_deadline(trickle, tmp_pat
     monkeypatch.setattr(D, "BASE_URL", trickle)
     start = time.monotonic()
     with pytest.raises(D.DatasetUnavailable) as err:
-        D.load_multi30k("val", tmp_path, downloader=functools.partial(D._urlopen_bytes, deadline_s=2.0))
+        D.load_multi30k("val", tmp_path, deadline_s=2.0)
     assert time.monotonic() - start < 3.0
     assert f"downloading {trickle}val.de.gz took over 2 s and ran past its deadline" in str(err.value)
     assert list(tmp_path.iterdir()) == []

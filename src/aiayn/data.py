@@ -16,22 +16,27 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.client
 import io
 import json
 import os
 import random
-import socket
 import time
-import urllib.error
-import urllib.request
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 
-from .checks import atomic_write
+from .checks import atomic_write, sha256_file
+from .download import (
+    DEADLINE_S,
+    DOWNLOAD_ERRORS,
+    ChecksumError,
+    Downloader,
+    check_file,
+    download_file,
+    user_cache_dir,
+)
 
 __all__ = [
     "PAD",
@@ -45,7 +50,6 @@ __all__ = [
     "DatasetUnavailable",
     "ChecksumError",
     "data_dir",
-    "urlopen_pieces",
     "load_multi30k",
     "DEFAULT_VOCAB_SIZE",
     "Tokenizer",
@@ -77,18 +81,9 @@ class DatasetUnavailable(RuntimeError):
     """The data files are neither on disk nor downloadable."""
 
 
-class ChecksumError(RuntimeError):
-    """A data file's SHA-256 differs from the one the package expects."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
-
-
-def _cache_home() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) if xdg else Path.home() / ".cache"
 
 
 def data_dir(root: str | os.PathLike | None = None) -> Path:
@@ -103,112 +98,13 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
         path = Path(os.environ["AIAYN_DATA"]).expanduser()
         given, fix = f"$AIAYN_DATA={path}", "set $AIAYN_DATA to that folder"
     else:
-        return _cache_home() / "aiayn" / "multi30k"
+        return user_cache_dir("multi30k")
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(
             f"the Multi30k folder {given} is a file; expected the folder that "
             f"holds the six Multi30k files ({', '.join(SHA256)}): {fix}"
         )
     return path
-
-
-_VERIFIED: dict[
-    tuple[str, int, int, int], str
-] = {}  # (path, inode, size, mtime_ns) -> sha256, per process
-
-
-def _sha256_file(path: Path) -> str:
-    st = path.stat()
-    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
-    if key not in _VERIFIED:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _VERIFIED[key] = h.hexdigest()
-    return _VERIFIED[key]
-
-
-DOWNLOAD_DEADLINE_S = 300.0  # a whole file, not one read: a server trickling bytes is cut off too
-STALL_S = 60.0  # the longest wait for the connection, the headers or the next bytes
-
-
-def _socket_of(response) -> socket.socket | None:
-    """The socket under an ``http.client`` response (``None`` for anything else)."""
-    raw = getattr(getattr(response, "fp", None), "raw", None)
-    sock = getattr(raw, "_sock", None)
-    return sock if isinstance(sock, socket.socket) else None
-
-
-def urlopen_pieces(
-    url: str, deadline: float, size: int = 1 << 16
-) -> Iterator[bytes]:
-    """The body at ``url`` in pieces of at most ``size`` bytes, all of it by ``deadline``.
-
-    ``deadline`` is a ``time.monotonic()`` time. ``response.read(n)`` would wait for all ``n``
-    bytes, so a server sending a byte a second would never be cut off: each read here takes what
-    has arrived (``read1``), under a socket timeout of the time left (at most ``STALL_S``).
-
-    Raises:
-        TimeoutError: the download ran past ``deadline`` (the message names ``url``).
-    """
-    budget, got = deadline - time.monotonic(), 0
-
-    def past() -> TimeoutError:
-        return TimeoutError(
-            f"downloading {url} took over {budget:.0f} s and ran past its "
-            f"deadline ({got:,} bytes so far)"
-        )
-
-    def time_left() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise past()
-        return min(STALL_S, left)
-
-    with urllib.request.urlopen(url, timeout=time_left()) as response:
-        sock = _socket_of(response)
-        read = getattr(response, "read1", response.read)
-        while True:
-            left = time_left()
-            if sock is not None:
-                sock.settimeout(left)
-            try:
-                piece = read(size)
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise past() from None
-                raise TimeoutError(
-                    f"downloading {url} stalled: no bytes for {left:.0f} s "
-                    f"({got:,} bytes so far)"
-                ) from None
-            if not piece:
-                return
-            got += len(piece)
-            yield piece
-            time_left()
-
-
-def _urlopen_bytes(
-    url: str, deadline_s: float = DOWNLOAD_DEADLINE_S
-) -> bytes:
-    """The bytes at ``url``; ``TimeoutError`` when the whole download takes over ``deadline_s``."""
-    return b"".join(urlopen_pieces(url, time.monotonic() + deadline_s))
-
-
-def _download(
-    name: str, directory: Path, downloader: Callable[[str], bytes]
-) -> None:
-    """Fetch one file, check it in memory, then write it atomically (temp file in the same folder + rename)."""
-    url = BASE_URL + name
-    data = downloader(url)
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != SHA256[name]:
-        raise ChecksumError(
-            f"downloaded {url} has SHA-256 {actual}, expected {SHA256[name]}; nothing was written to {directory}"
-        )
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(directory / name, data)
 
 
 def _unavailable_message(
@@ -244,7 +140,8 @@ def load_multi30k(
     tgt_lang: str = "en",
     *,
     download: bool = True,
-    downloader: Callable[[str], bytes] | None = None,
+    downloader: Downloader | None = None,
+    deadline_s: float = DEADLINE_S,
 ) -> list[tuple[str, str]]:
     """Read one split of Multi30k (task 1) as ``(source, target)`` sentence pairs.
 
@@ -258,7 +155,9 @@ def load_multi30k(
         src_lang: ``"de"`` or ``"en"``.
         tgt_lang: the other one.
         download: whether to fetch missing files.
-        downloader: ``url -> bytes``; defaults to ``urllib.request.urlopen`` (tests pass a fake).
+        downloader: ``(url, deadline) -> byte pieces``; default ``aiayn.download.urlopen_pieces``
+            (tests pass a fake).
+        deadline_s: seconds allowed for downloading the missing files together.
 
     Returns:
         A list of ``(source sentence, target sentence)`` string pairs, in file order.
@@ -284,27 +183,29 @@ def load_multi30k(
         raise DatasetUnavailable(
             _unavailable_message(missing, directory, "download=False")
         )
+    deadline = time.monotonic() + deadline_s
     for name in missing:
         try:
-            _download(name, directory, downloader or _urlopen_bytes)
-        except (
-            urllib.error.URLError,
-            http.client.HTTPException,
-            OSError,
-        ) as err:
+            download_file(
+                BASE_URL + name,
+                directory / name,
+                SHA256[name],
+                deadline,
+                downloader,
+            )
+        except DOWNLOAD_ERRORS as err:
             raise DatasetUnavailable(
                 _unavailable_message(
                     missing, directory, f"{type(err).__name__}: {err}"
                 )
             ) from err
-
     for name in names:
-        actual = _sha256_file(directory / name)
-        if actual != SHA256[name]:
-            raise ChecksumError(
-                f"{directory / name} has SHA-256 {actual}, expected {SHA256[name]}. "
-                "The file is damaged or a different version; delete it to download it again."
-            )
+        check_file(
+            directory / name,
+            SHA256[name],
+            "The file is damaged or a different version; delete it to "
+            "download it again.",
+        )
     src, tgt = (_read_lines(directory / name) for name in names)
     if len(src) != len(tgt):
         raise ValueError(
@@ -556,7 +457,7 @@ def train_tokenizer(
     directory = (
         Path(cache_dir).expanduser()
         if cache_dir is not None
-        else _cache_home() / "aiayn" / "tokenizers"
+        else user_cache_dir("tokenizers")
     )
     path = (
         directory
@@ -592,7 +493,7 @@ def _cache_problem(path: Path, sums: Path, vocab_size: int) -> str | None:
         expected = sums.read_text().split()[0]
     except (OSError, UnicodeDecodeError, IndexError):
         expected = None  # cached by an older version: its size decides, then it gets a sum
-    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    _, actual = sha256_file(path)
     if expected is not None and actual != expected:
         return (
             f"has SHA-256 {actual[:12]}…, not the {expected[:12]}… it was "

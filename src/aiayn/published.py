@@ -43,27 +43,28 @@ from __future__ import annotations
 import argparse
 import datetime
 import fnmatch
-import http.client
 import importlib.resources
 import json
 import os
 import re
 import time
-import urllib.error
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
 from . import cli
-from .checks import (
-    AtomicWriter,
-    atomic_write,
-    sha256_file,
-    unreadable_weights,
+from .checks import atomic_write, unreadable_weights
+from .download import (
+    DEADLINE_S,
+    DOWNLOAD_ERRORS,
+    ChecksumError,
+    Downloader,
+    check_file,
+    download_file,
+    user_cache_dir,
 )
-from .data import urlopen_pieces
 
 __all__ = [
     "REPOSITORY_URL",
@@ -109,15 +110,10 @@ SHA256 = {
     "tokenizer.model": "5efc6898833bf61ae15f7e1a3614cc5fa80fd3abd271b53c0f0c58d727807dc9",
     WEIGHTS: "88f6c06decd16e2dd45ef1927ffbf788df653ea526717fdf0be844addec63776",
 }
-DOWNLOAD_DEADLINE_S = 600.0  # for all missing files together
 
 
 class ModelUnavailable(RuntimeError):
     """The published model's files are neither on disk nor downloadable."""
-
-
-class ChecksumError(RuntimeError):
-    """A file's SHA-256 differs from the one the package expects."""
 
 
 class ReleaseError(ValueError):
@@ -152,40 +148,7 @@ def model_dir(root: str | os.PathLike | None = None) -> Path:
     env = os.environ.get("AIAYN_MODEL")
     if env:
         return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    cache = Path(xdg) if xdg else Path.home() / ".cache"
-    return cache / "aiayn" / "models" / "multi30k-h100"
-
-
-# A downloader takes a URL and the time.monotonic() deadline and yields the body in pieces.
-Downloader = Callable[[str, float], Iterable[bytes]]
-
-
-def _urlopen_chunks(url: str, deadline: float) -> Iterable[bytes]:
-    return urlopen_pieces(url, deadline, 1 << 20)
-
-
-def _download(
-    name: str, directory: Path, downloader: Downloader, deadline: float
-) -> None:
-    """Stream one file into a temporary file beside its place, check it, then rename it there."""
-    url = RELEASE_URL + name
-    directory.mkdir(parents=True, exist_ok=True)
-    with AtomicWriter(
-        directory / name
-    ) as w:  # removed unless the block ends well
-        for chunk in downloader(url, deadline):
-            w.write(chunk)
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"downloading {url} ran past the deadline"
-                )
-        actual = w.finish().sha256
-        if actual != SHA256[name]:
-            raise ChecksumError(
-                f"downloaded {url} has SHA-256 {actual}, expected "
-                f"{SHA256[name]}; nothing was written to {directory}"
-            )
+    return user_cache_dir("models", "multi30k-h100")
 
 
 def _unavailable(
@@ -207,14 +170,15 @@ def fetch_published(
     *,
     download: bool = True,
     downloader: Downloader | None = None,
-    deadline_s: float = DOWNLOAD_DEADLINE_S,
+    deadline_s: float = DEADLINE_S,
 ) -> Path:
     """Make sure the published files are in ``model_dir(root)`` and intact; return that folder.
 
     Args:
         root: the folder (default ``$AIAYN_MODEL``, else the user cache).
         download: fetch missing files from ``RELEASE_URL``.
-        downloader: ``(url, deadline) -> byte pieces``; default ``urllib`` (tests pass a fake).
+        downloader: ``(url, deadline) -> byte pieces``; default ``aiayn.download.urlopen_pieces``
+            (tests pass a fake).
         deadline_s: seconds allowed for downloading all missing files together.
 
     A folder holding ``SHA256SUMS`` (a release) is checked against it instead: every file it
@@ -256,27 +220,25 @@ def fetch_published(
     deadline = time.monotonic() + deadline_s
     for name in missing:
         try:
-            _download(
-                name, directory, downloader or _urlopen_chunks, deadline
+            download_file(
+                RELEASE_URL + name,
+                directory / name,
+                SHA256[name],
+                deadline,
+                downloader,
             )
-        except (
-            urllib.error.URLError,
-            http.client.HTTPException,
-            OSError,
-        ) as err:
-            # TimeoutError is an OSError: a slow download reports like a failed one
+        except DOWNLOAD_ERRORS as err:
             reason = f"{type(err).__name__}: {err}"
             raise ModelUnavailable(
                 _unavailable(missing, directory, reason)
             ) from err
     for name, expected in SHA256.items():
-        _, actual = sha256_file(directory / name)
-        if actual != expected:
-            raise ChecksumError(
-                f"{directory / name} has SHA-256 {actual}, expected {expected}. "
-                "The file is damaged or not the published one; delete it to "
-                "download it again."
-            )
+        check_file(
+            directory / name,
+            expected,
+            "The file is damaged or not the published one; delete it to "
+            "download it again.",
+        )
     return directory
 
 
@@ -337,13 +299,12 @@ def _check_release(directory: Path) -> None:
             "lists: copy the whole release into the folder again"
         )
     for name, expected in sums.items():
-        _, actual = sha256_file(directory / name)
-        if actual != expected:
-            raise ChecksumError(
-                f"{directory / name} has SHA-256 {actual}, expected "
-                f"{expected} ({directory / SUMS}). The file is damaged or "
-                "not the released one; copy it from the release again."
-            )
+        check_file(
+            directory / name,
+            expected,
+            f"The file is damaged or not the one {directory / SUMS} lists; "
+            "copy it from the release again.",
+        )
 
 
 # --- Loading --------------------------------------------------------------------------------------
