@@ -4,11 +4,11 @@ Files land in _site_assets/vendor (served as _static/vendor) and _site_extra (co
 
 The in-browser translator (chapter 11.4) gets _site_assets/translator (served as _static/translator): the page's
 modules from src/aiayn/web, the committed attention examples (what the page shows without a model), ``site.json``
-(what this build holds) and, when the published model is on this machine ($AIAYN_MODEL, else the user cache; never
-downloaded here), its int8 ONNX graphs, tokenizer and manifest in translator/model. The export
-(``python -m aiayn.export --bleu int8``) is kept in _build/translator-export/<key>, the key naming the weights and
-the exporter, so a second build copies it instead of exporting again. Weights and graphs stay out of git (both
-folders are ignored).
+(what this build holds, and how many bytes the page downloads when the reader asks) and, when the published model
+is on this machine ($AIAYN_MODEL, else the user cache; never downloaded here), its int8 ONNX graphs, tokenizer and
+manifest in translator/model. The export (``python -m aiayn.export --bleu int8``) is kept in
+_build/translator-export/<key>, the key naming the weights and the exporter, so a second build copies it instead of
+exporting again. Weights and graphs stay out of git (both folders are ignored).
 
 Run by `make book` and `make test` before the site build, so no page loads anything from a CDN.
 """
@@ -72,6 +72,16 @@ RUNTIME = "onnxruntime-web/ort-wasm-simd-threaded.wasm"  # relative to _static/v
 # what the page downloads from an export (aiayn.export writes them)
 MODEL_FILES = ("encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "translator.json", "manifest.json")
 TEST_FILES = ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz")  # what --bleu int8 reads
+
+
+def download_bytes(page_bytes: int, runtime_bytes: int) -> int:
+    """What the translator's page downloads when the reader asks: the model's files (the export's
+    ``page_bytes``: int8 graphs, tokenizer, settings) and onnxruntime-web's WebAssembly runtime.
+
+    The one sum behind both figures a reader sees: the page's button (``site.json``) and the chapter's
+    prose (``multi30k.translator.json``, from tools/translator_figures.py).
+    """
+    return page_bytes + runtime_bytes
 
 
 def sha256(path: Path) -> str:
@@ -177,6 +187,7 @@ def copy_translator() -> str:
         "model": None,
         "examples": "examples.json",
         "runtime": {"path": f"../vendor/{RUNTIME}", "bytes": runtime.stat().st_size, "sha256": sha256(runtime)},
+        "download": None,  # {"bytes": ...} where the build holds the model
     }
     weights, why = published_folder()
     if weights is None:
@@ -189,6 +200,7 @@ def copy_translator() -> str:
             shutil.copy2(out / name, TRANSLATOR / "model" / name)
         site["model"] = "model/manifest.json"
         manifest = json.loads((out / "manifest.json").read_text())
+        site["download"] = {"bytes": download_bytes(manifest["page_bytes"], site["runtime"]["bytes"])}
         bleu = manifest["bleu"]
         scores = (
             f"BLEU of the int8 files on test2016: greedy {bleu['int8.beam1']['bleu']:.2f}, "
@@ -196,7 +208,7 @@ def copy_translator() -> str:
             if bleu
             else "no BLEU: the test2016 files are not here (set $AIAYN_DATA)"
         )
-        line = f"translator: {what}; {scores}; the page downloads {manifest['page_bytes'] / 1e6:.1f} MB"
+        line = f"translator: {what}; {scores}; the page downloads {site['download']['bytes'] / 1e6:.1f} MB"
     (TRANSLATOR / "site.json").write_text(json.dumps(site, indent=1) + "\n")
     return line
 

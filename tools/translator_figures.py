@@ -3,7 +3,8 @@
     python -m aiayn.export $AIAYN_MODEL --out runs/export --bleu int8
     python tools/translator_figures.py runs/export --out src/aiayn/results
 
-writes ``multi30k.translator.json``: the size of every file the page downloads, the BLEU of the int8 graphs on
+writes ``multi30k.translator.json``: the size of every file the page downloads (onnxruntime-web's runtime from
+node_modules included, and their sum as the page's button states it), the BLEU of the int8 graphs on
 test 2016 (greedy and beam search, sacreBLEU) and the versions and machine that measured it. The chapter prints
 these figures wherever it runs, with or without the model; `make book` exports again for the site (the same
 command), and this file is what the chapter states.
@@ -18,8 +19,11 @@ import platform
 import time
 from pathlib import Path
 
+from site_assets import NODE, download_bytes
+
 OUT_NAME = "multi30k.translator.json"
 PAGE_FILES = ("encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "translator.json")
+RUNTIME = "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm"  # in node_modules, as site_assets vendors it
 
 
 def generic(command: str) -> str:
@@ -32,8 +36,18 @@ def generic(command: str) -> str:
     return " ".join(words)
 
 
+def runtime() -> dict:
+    """onnxruntime-web's WebAssembly runtime as the site serves it: its version and size."""
+    wasm = NODE / RUNTIME
+    if not wasm.is_file():
+        raise SystemExit(f"{wasm} is missing: run `npm ci` first")
+    version = json.loads((NODE / "onnxruntime-web" / "package.json").read_text())["version"]
+    return {"file": RUNTIME, "version": version, "bytes": wasm.stat().st_size}
+
+
 def figures(folder: Path) -> dict:
     manifest = json.loads((folder / "manifest.json").read_text())
+    wasm = runtime()
     if not manifest["bleu"]:
         raise SystemExit(f"{folder}/manifest.json has no BLEU: export with --bleu int8")
     bleu = {
@@ -48,6 +62,8 @@ def figures(folder: Path) -> dict:
         "files": {name: entry["bytes"] for name, entry in manifest["files"].items()},
         "page_bytes": manifest["page_bytes"],
         "page_files": list(PAGE_FILES),
+        "runtime": wasm,
+        "download_bytes": download_bytes(manifest["page_bytes"], wasm["bytes"]),
         "bleu_test2016": bleu,
         "command": generic(next(iter(manifest["bleu"].values()))["command"]),
         "versions": manifest["versions"],
@@ -64,7 +80,7 @@ def main() -> None:
     record = figures(args.export)
     path = args.out / OUT_NAME
     path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path}: page {record['page_bytes'] / 1e6:.1f} MB, BLEU " +
+    print(f"wrote {path}: the page downloads {record['download_bytes'] / 1e6:.1f} MB, BLEU " +
           ", ".join(f"{k} {v['bleu']}" for k, v in record["bleu_test2016"].items()))
 
 

@@ -3,8 +3,11 @@
 With the model in the built site (``make book`` with ``$AIAYN_MODEL``), the page must give, for a sentence of
 its reader's, the English that ``aiayn.export`` gives in Python for the same int8 files, greedy and with beam
 search; draw that sentence's attention and redraw it for another layer and head; refuse bad input with a
-message; and load nothing heavy before the reader asks, nor anything twice. Without the model files, it shows
-chapter 11.2's examples and one line on how to get the live version.
+message that leaves no earlier answer on screen; read a sentence as Python does (umlauts composed, whitespace
+collapsed); offer sentences the model knows and one it does not; search off the main thread, so that no task
+of the page's holds it longer than 250 ms; state one download size, the chapter's; publish no path of the
+machine that built it; and load nothing heavy before the reader asks, nor anything twice. Without the model
+files, it shows chapter 11.2's examples and one line on how to get the live version.
 
 A site built without the model on a machine that has it fails here: it would publish the examples instead.
 The times the page shows are printed (``pytest -s``), not asserted: they are the reader's machine's.
@@ -26,6 +29,14 @@ TRANSLATOR = su.SITE / "_static" / "translator"
 MODEL = TRANSLATOR / "model"
 PUBLISHED = su.ROOT.parent / "shared" / "runs" / "multi30k-h100"  # as tests/conftest.py
 SENTENCE = "Eine Frau in einem roten Mantel geht mit ihrem Hund durch den Park."  # 13 words, not one of 11.2's
+LONG = (  # 30 words: about a second of beam search on one thread
+    "Ein Mann mit einem roten Hut und eine Frau mit einer blauen Jacke sitzen auf einer Bank im Park, "
+    "während zwei kleine Kinder mit einem Hund auf der Wiese spielen."
+)
+LONGEST_TASK_MS = 250  # the most one task of the page may hold the main thread while it translates
+# what the line under the box claims: the sentences it offers as good give these English words (Python, the
+# site's int8 files, beam search), and the everyday one gives no hunger
+GOOD_WORDS = {"Zwei Hunde": ("dogs", "snow"), "Ein Mann fährt": ("man", "street"), "Eine Frau": ("woman", "fruit")}
 LOAD_MS = 180_000  # 51 MB from 127.0.0.1, and onnxruntime-web's start
 TRANSLATE_MS = 120_000
 HEAVY = re.compile(r"\.(onnx|wasm)$")
@@ -109,11 +120,37 @@ def _translate(page, beam: bool) -> tuple[str, str, bool]:
 
 
 def _message_after(page, text: str) -> str:
+    """Type ``text``, press Translate and return the message the page ends with (after 'Translating…')."""
     page.fill("#aiayn-german", text)
     page.evaluate("() => { document.querySelector('.aiayn-message').textContent = ''; }")
     page.click(".aiayn-translate")
-    page.wait_for_function("() => document.querySelector('.aiayn-message').textContent !== ''", timeout=60_000)
+    page.wait_for_function(
+        """() => { const text = document.querySelector('.aiayn-message').textContent;
+             return text !== '' && !text.startsWith('Translating')
+               && !document.querySelector('.aiayn-translate').disabled; }""",
+        timeout=60_000,
+    )
     return page.inner_text(".aiayn-message")
+
+
+def _no_answer_shown(page) -> list[str]:
+    """What of an earlier answer is still on screen: the English, its time, its map."""
+    shown = [sel for sel in (".aiayn-english", ".aiayn-timing", ".aiayn-attention") if page.is_visible(sel)]
+    if page.query_selector(".aiayn-heatmap g.cells rect") is not None:
+        shown.append("the map's cells")
+    return shown
+
+
+def _load(page):
+    """Press the load button and wait until the translator is ready (or says why not); seconds taken."""
+    started = page.evaluate("() => performance.now()")
+    page.click(".aiayn-load")
+    page.wait_for_function(
+        "() => !document.querySelector('.aiayn-translate').disabled || "
+        "document.querySelector('.aiayn-message.aiayn-error')",
+        timeout=LOAD_MS,
+    )
+    return (page.evaluate("() => performance.now()") - started) / 1000
 
 
 def test_the_page_translates_as_python_does(browser, base_url, site):
@@ -127,14 +164,7 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         heavy = [u for u in report.requests if HEAVY.search(u)]
         assert not heavy, f"the page loaded {heavy} before the reader asked"
 
-        started = page.evaluate("() => performance.now()")
-        page.click(".aiayn-load")
-        page.wait_for_function(
-            "() => !document.querySelector('.aiayn-translate').disabled || "
-            "document.querySelector('.aiayn-message.aiayn-error')",
-            timeout=LOAD_MS,
-        )
-        load_s = (page.evaluate("() => performance.now()") - started) / 1000
+        load_s = _load(page)
         message = page.inner_text(".aiayn-message")
         assert message.startswith("Ready:") and "downloaded" in message, message
 
@@ -168,14 +198,25 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         shown = _weights(third, len(out_pieces), len(ids_pieces))
         np.testing.assert_allclose(shown, maps["cross"][0, 1], atol=0.011)  # layer 1, head 2, to 2 decimals
 
-        # bad input gets a message, and the button comes back
+        # bad input gets a message that takes the place of the earlier answer, and the button comes back
+        assert page.is_visible(".aiayn-english") and _cells(page)
         assert _message_after(page, "   ") == "Type a German sentence first."
+        assert not _no_answer_shown(page), f"after a refused input the page still shows {_no_answer_shown(page)}"
+        assert _message_after(page, "\u200b\u00a0\u2060") == "Type a German sentence first."
         assert _message_after(page, "😀🎉").startswith("Nothing to translate")
         too_long = " ".join(["Ein Hund läuft über die Wiese."] * 40)
         assert re.search(r"too long: the sentence has \d+ pieces \+ <eos>, the model reads at most 256",
                          _message_after(page, too_long))
         assert "at most 256" in _message_after(page, "Hund " * 5000)
         assert not page.is_disabled(".aiayn-translate")
+        assert not _no_answer_shown(page), _no_answer_shown(page)
+
+        # umlauts typed decomposed (a + U+0308) and runs of whitespace read as Python reads them
+        decomposed = "  Zwei Ma\u0308dchen \t u\u0308berqueren\n die Bru\u0308cke.  "
+        page.fill("#aiayn-german", decomposed)
+        shown, _, _ = _translate(page, beam=False)
+        assert shown == english_of(twin, decomposed, 1) == english_of(twin, "Zwei Mädchen überqueren die Brücke.", 1)
+        assert "girls" in shown and "bridge" in shown, shown
 
         problems = report.console_errors + report.page_errors + report.failed_local + report.external
         assert not problems, problems
@@ -196,6 +237,178 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         context.close()
 
 
+def english_of(twin, text: str, beam: int) -> str:
+    """aiayn.export's English for ``text`` over the site's files."""
+    from aiayn.export import detokenize, source_ids, translate_ids
+
+    model, vocab, settings, _ = twin
+    ids = source_ids(vocab, text, settings["max_len"])
+    return detokenize(vocab, translate_ids(model, vocab, ids, settings, beam))
+
+
+def test_the_page_says_what_the_model_knows(browser, base_url, site):
+    """The line under the box: Multi30k's captions, sentences that fill the box when clicked, and one
+    everyday sentence whose translation (Python, the site's files) is indeed nonsense."""
+    twin = python_twin(built_model(site))
+    context = su.new_context(browser, base_url)
+    try:
+        page, report = su.open_page(context, base_url, su.html_path(DOC))
+        page.wait_for_selector(".aiayn-load", timeout=20_000)
+        line = page.inner_text(".aiayn-knows")
+        assert "Multi30k" in line and "captions" in line and "nonsense" in line, line
+        samples = page.eval_on_selector_all(".aiayn-sample", "bs => bs.map(b => b.textContent)")
+        assert len(samples) == 4 and samples[-1] == "Ich habe Hunger.", samples
+        for sample in samples:
+            page.fill("#aiayn-german", "")
+            page.click(f".aiayn-sample:text-is('{sample}')")
+            assert page.input_value("#aiayn-german") == sample
+        for sample, words in zip(samples, GOOD_WORDS.items(), strict=False):
+            start, expected = words
+            english = english_of(twin, sample, settings_beam(twin))
+            assert sample.startswith(start) and all(w in english for w in expected), (sample, english)
+        poor = english_of(twin, samples[-1], settings_beam(twin))
+        assert "hungry" not in poor and "hunger" not in poor.lower(), poor
+        print(f"{samples[-1]} -> {poor}")
+        assert not (report.console_errors + report.page_errors)
+    finally:
+        context.close()
+
+
+def settings_beam(twin) -> int:
+    return twin[2]["beam"]
+
+
+OBSERVE_LONG_TASKS_JS = """() => {
+  window.__longTasks = [];
+  new PerformanceObserver(list => {
+    for (const entry of list.getEntries()) window.__longTasks.push(entry.duration);
+  }).observe({type: 'longtask'});
+}"""
+BUSY_JS = """ms => new Promise(resolve => setTimeout(() => {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {}
+  setTimeout(resolve, 50);
+}, 0))"""
+
+
+def test_the_page_stays_responsive_while_it_translates(browser, base_url, site):
+    """A 30-word sentence with beam search: the search runs in the worker, and no task on the main thread takes
+    longer than LONGEST_TASK_MS (Chromium's 'longtask' entries, every task over 50 ms)."""
+    built_model(site)
+    context = su.new_context(browser, base_url)
+    try:
+        page, report = su.open_page(context, base_url, su.html_path(DOC))
+        page.wait_for_selector(".aiayn-load", timeout=20_000)
+        _load(page)
+        assert page.inner_text(".aiayn-message").startswith("Ready:")
+        page.evaluate(OBSERVE_LONG_TASKS_JS)
+        page.evaluate(BUSY_JS, 300)  # the observer sees a task that holds the thread 300 ms
+        page.wait_for_function("() => window.__longTasks.length > 0", timeout=5_000)
+        assert max(page.evaluate("() => window.__longTasks")) >= 300
+        page.evaluate("() => { window.__longTasks = []; }")
+        page.fill("#aiayn-german", LONG)
+        shown, timing, _ = _translate(page, beam=True)
+        page.evaluate("() => new Promise(resolve => setTimeout(resolve, 200))")  # the last entries arrive
+        tasks = page.evaluate("() => window.__longTasks")
+        print(f"{len(LONG.split())} words, beam search: {timing}; main-thread tasks over 50 ms: "
+              f"{[round(t) for t in tasks]}")
+        searched = int(re.search(r": ([\d,]+) ms", timing).group(1).replace(",", ""))
+        assert searched > LONGEST_TASK_MS, f"the search took {searched} ms: too short to tell a frozen page"
+        assert max(tasks, default=0) <= LONGEST_TASK_MS, f"main-thread tasks of {tasks} ms while translating"
+        assert shown and not (report.console_errors + report.page_errors)
+    finally:
+        context.close()
+
+
+def test_the_download_is_one_figure(browser, base_url, site):
+    """The button, the page's first line and the chapter's prose state one download size: site.json's, which is
+    onnxruntime-web's runtime and the model's files."""
+    built_model(site)
+    record = json.loads((TRANSLATOR / "site.json").read_text())
+    manifest = json.loads((MODEL / "manifest.json").read_text())
+    assert record["download"]["bytes"] == record["runtime"]["bytes"] + manifest["page_bytes"]
+    megabytes = f"{record['download']['bytes'] / 1e6:.1f} MB"
+    html = (site / su.html_path(DOC)).read_text("utf-8")
+    stated = re.findall(r"the page downloads ([\d.]+ MB)", html)
+    assert stated == [megabytes], f"the chapter says {stated}, the build downloads {megabytes}"
+    context = su.new_context(browser, base_url)
+    try:
+        page, _ = su.open_page(context, base_url, su.html_path(DOC))
+        page.wait_for_selector(".aiayn-load", timeout=20_000)
+        assert page.inner_text(".aiayn-load") == f"Load the translator ({megabytes})"
+        assert "Press the button" in page.inner_text(".aiayn-message")
+    finally:
+        context.close()
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _graph_strings(path: Path) -> list[str]:
+    """Every string an ONNX file carries besides its weights: doc strings, names, metadata."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    found = [model.doc_string, model.producer_name, *(p.value for p in model.metadata_props)]
+    graph = model.graph
+    found += [graph.doc_string, *(p.value for p in graph.metadata_props)]
+    for node in graph.node:
+        found += [node.name, node.doc_string, *(p.value for p in node.metadata_props)]
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        found += [value.name, value.doc_string, *(p.value for p in value.metadata_props)]
+    found += [t.name for t in graph.initializer]
+    return found
+
+
+def _machine_paths() -> list[str]:
+    """Paths of this machine that a published file must not name."""
+    import sys
+    import tempfile
+
+    paths = {su.ROOT, su.ROOT.parent, Path.home(), Path(sys.prefix), Path(tempfile.gettempdir()), PUBLISHED}
+    paths |= {Path(os.environ[k]) for k in ("AIAYN_MODEL", "AIAYN_DATA") if os.environ.get(k)}
+    return sorted({str(p.resolve()) for p in paths} | {str(p) for p in paths}, key=len, reverse=True)
+
+
+ABSOLUTE = re.compile(r"(?<![\w.])(/(?:home|root|work|tmp|Users|mnt|opt|var|srv)/|[A-Za-z]:\\)")
+
+
+def _leaks(strings: list[str]) -> list[str]:
+    paths = _machine_paths()
+    return sorted({s[:120] for s in strings if any(p in s for p in paths) or ABSOLUTE.search(s)})
+
+
+def test_the_published_files_name_no_path_of_this_machine(site):
+    """What the site publishes for the translator, JSON and JavaScript (site.json, the model's manifest,
+    translator.json, tokenizer.json, the modules): no path of the machine that built it."""
+    built_model(site)
+    files = sorted(p for p in TRANSLATOR.rglob("*") if p.suffix in (".json", ".mjs", ".css"))
+    assert {"site.json", "manifest.json", "translator.json", "tokenizer.json"} <= {p.name for p in files}
+    for path in files:
+        text = path.read_text("utf-8")
+        strings = _strings(json.loads(text)) if path.suffix == ".json" else [text]
+        assert not _leaks(strings), f"{path.relative_to(site)} names {_leaks(strings)[:3]}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="aiayn.export._save_graph keeps torch.onnx's stack traces (pkg.torch.onnx.stack_trace on every node), "
+    "which name the exporting machine's source files; dropping them there is the fix",
+)
+def test_the_published_graphs_name_no_path_of_this_machine(site):
+    built_model(site)
+    for path in sorted(MODEL.glob("*.onnx")):
+        leaks = _leaks(_graph_strings(path))
+        assert not leaks, f"{path.relative_to(site)} names {len(leaks)} paths, e.g. {leaks[0]}"
+
+
 def _fallback(browser, base_url, site_json: dict | None):
     """The page with every file of translator/model answered 404 (and site.json replaced, if given)."""
     context = su.new_context(browser, base_url)
@@ -210,6 +423,9 @@ def _fallback(browser, base_url, site_json: dict | None):
 def _check_examples(page):
     hint = page.inner_text(".aiayn-hint")
     assert "AIAYN_MODEL=… make book" in hint and "book's website" in hint, hint
+    assert "not part of this build" in hint, hint
+    article = page.inner_text("article")
+    assert "Press the button" not in article and "aiayn-load" not in page.content()
     assert len(page.query_selector_all("p.aiayn-hint")) == 1
     assert "non-commercial research and educational purposes only" in page.inner_text(".aiayn-terms")
     options = page.eval_on_selector_all(".aiayn-example option", "os => os.map(o => o.textContent)")

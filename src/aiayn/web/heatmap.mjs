@@ -228,7 +228,15 @@ export class AttentionView {
     this.draw();
   }
 
+  /** Hide the view and forget its sentence (the menus keep their choice for the next one). */
+  clear() {
+    this.root.hidden = true;
+    this.svg.replaceChildren();
+    this.maps = null;
+  }
+
   draw() {
+    if (!this.maps) return;
     const kind = KINDS[this.kind.value];
     const head = this.head.value === 'mean' ? 'mean' : Number(this.head.value);
     const weights = headWeights(this.maps[this.kind.value], Number(this.layer.value), head);

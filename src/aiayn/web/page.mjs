@@ -3,29 +3,36 @@
 //
 // What runs where: onnxruntime-web (WebAssembly, one thread) runs the two int8 graphs that
 // `python -m aiayn.export` wrote; translator.mjs, the twin of aiayn.export's search, tokenizes and
-// decodes. Nothing heavy loads until the reader asks: then the runtime and the graphs are downloaded
-// with a progress bar, checked against the SHA-256 of the build's manifest and kept in the browser's
-// Cache Storage, so that a second visit starts at once. The sentence never leaves the machine.
+// decodes. Both run in a Web Worker (worker.mjs), so that the page answers the reader while a long
+// sentence is searched. Nothing heavy loads until the reader asks: then the runtime and the graphs are
+// downloaded here with a progress bar, checked against the SHA-256 of the build's manifest, kept in the
+// browser's Cache Storage (a second visit starts at once) and handed to the worker. The sentence never
+// leaves the machine.
 //
 // The page's files, all beside this module (tools/site_assets.py puts them there):
-//   site.json       what this build holds: the model's manifest (or null), the runtime, the examples
+//   site.json       what this build holds: the model's manifest (or null), the runtime, the bytes the
+//                   page downloads, the examples
 //   model/          manifest.json, encoder.int8.onnx, decoder.int8.onnx, tokenizer.json, translator.json
 //   examples.json   chapter 11.2's three sentences and their attention, in thousandths
+//   worker.mjs      the search, off the main thread
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
 
-import {OnnxModel, Vocabulary, attention, detokenize, sourceIds, translateIds} from './translator.mjs';
-import {AttentionView, nested} from './heatmap.mjs';
+import {AttentionView} from './heatmap.mjs';
 
 const here = path => new URL(path, import.meta.url);
 const ORT = here('../vendor/onnxruntime-web/ort.wasm.min.mjs');
 const CACHE = 'aiayn-translator';  // Cache Storage: one entry per file and SHA-256
-const EXAMPLE = 'Zwei Hunde spielen im Schnee.';
+// what the model knows, for the line under the box: captions it translates well, and everyday German
+// it does not (the published model writes "I have a break from work." for "Ich habe Hunger.")
+const GOOD = ['Zwei Hunde spielen im Schnee.', 'Ein Mann fährt mit dem Fahrrad eine Straße entlang.',
+  'Eine Frau verkauft Obst auf einem Markt.'];
+const POOR = 'Ich habe Hunger.';
 const TERMS = 'The model learned from Multi30k (Elliott et al., 2016), partly derived from Flickr30k, ' +
   'which its authors provide for non-commercial research and educational purposes only; the translator ' +
   'inherits these terms: research and teaching, not commercial use.';
-const HINT = 'This build of the site has no model, so here are three test sentences that the published ' +
-  'model translated; to translate your own, build the site with it (AIAYN_MODEL=… make book) or open ' +
-  'this page on the book\'s website.';
+const HINT = 'The model is not part of this build of the site, so here are three test sentences that the ' +
+  'published model translated; to translate your own, build the site with it (AIAYN_MODEL=… make book) or ' +
+  'open this page on the book\'s website.';
 
 /** Mount the translator in `root`, replacing what it shows where scripts do not run. */
 export async function mount(root) {
@@ -129,7 +136,36 @@ async function fileOf(url, entry, progress) {
 
 const megabytes = n => `${(n / 1e6).toFixed(1)} MB`;
 
-/** onnxruntime-web, the graphs, the tokenizer and the settings, with the progress shown in `ui`. */
+/**
+ * The worker, asked one thing at a time: ask(kind, fields, transfer) -> a Promise of its answer (worker.mjs
+ * lists what it answers); a worker that fails rejects every question still open.
+ */
+function startWorker() {
+  const worker = new Worker(here('worker.mjs'), {type: 'module'});
+  const open = new Map();  // id -> {resolve, reject}
+  let next = 0;
+  worker.addEventListener('message', ({data}) => {
+    const {resolve, reject} = open.get(data.id);
+    open.delete(data.id);
+    if ('error' in data) reject(new Error(data.error));
+    else resolve(data.value);
+  });
+  worker.addEventListener('error', event => {
+    event.preventDefault();
+    for (const {reject} of open.values()) {
+      reject(new Error(event.message || 'the translator\'s worker did not start'));
+    }
+    open.clear();
+  });
+  return (kind, fields = {}, transfer = []) => new Promise((resolve, reject) => {
+    const id = next++;
+    open.set(id, {resolve, reject});
+    worker.postMessage({id, kind, ...fields}, transfer);
+  });
+}
+
+/** onnxruntime-web, the graphs, the tokenizer and the settings, downloaded with the progress shown in `ui`
+ * and handed to a worker; returns that worker's `ask`. */
 async function loadTranslator(site, manifest, manifestUrl, ui) {
   const files = {
     runtime: [here(site.runtime.path), site.runtime],
@@ -138,7 +174,7 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
     tokenizer: [new URL('tokenizer.json', manifestUrl), manifest.files['tokenizer.json']],
     settings: [new URL('translator.json', manifestUrl), manifest.files['translator.json']],
   };
-  const total = Object.values(files).reduce((sum, [, entry]) => sum + entry.bytes, 0);
+  const total = site.download.bytes;
   let done = 0;
   ui.progress.max = total;
   const progress = n => {
@@ -147,21 +183,16 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
     ui.say(`Loading: ${megabytes(done)} of ${megabytes(total)}`);
   };
   const started = performance.now();
-  const [ort, ...loaded] = await Promise.all([
-    import(ORT.href),
-    ...Object.values(files).map(([url, entry]) => fileOf(url, entry, progress)),
-  ]);
-  const [runtime, encoder, decoder, tokenizer, settings] = loaded.map(f => f.bytes);
-  ort.env.wasm.numThreads = 1;
-  ort.env.wasm.wasmPaths = here('../vendor/onnxruntime-web/').href;
-  ort.env.wasm.wasmBinary = runtime;
+  const ask = startWorker();
+  const loaded = await Promise.all(Object.values(files).map(([url, entry]) => fileOf(url, entry, progress)));
+  const bytes = Object.fromEntries(Object.keys(files).map((name, i) => [name, loaded[i].bytes.buffer]));
   ui.say('Starting onnxruntime-web…');
-  const text = bytes => JSON.parse(new TextDecoder().decode(bytes));
-  const model = await OnnxModel.create(ort, encoder, decoder);
+  await ask('load', {ort: ORT.href, wasmPaths: here('../vendor/onnxruntime-web/').href, ...bytes},
+    Object.values(bytes));
   const seconds = (performance.now() - started) / 1000;
   const from = loaded.every(f => f.cached) ? 'from this browser\'s cache' : 'downloaded';
   ui.say(`Ready: ${megabytes(total)} ${from} and started in ${seconds.toFixed(1)} s.`);
-  return {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings)};
+  return ask;
 }
 
 // --- the page's parts --------------------------------------------------------------------------------
@@ -180,38 +211,32 @@ function paragraph(className, text) {
   return element('p', {class: className}, text);
 }
 
-const pieces = (vocab, ids) => ids.map(i => vocab.pieces[i]);
-const nextFrame = () => new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve, 0)));
-
-/** Why a sentence cannot be translated, or its source ids. */
-function checkSentence(vocab, settings, sentence) {
-  if (!sentence.trim()) return {problem: 'Type a German sentence first.'};
-  const longest = Math.max(...vocab.pieces.map(p => p.length));
-  if (sentence.length / longest > settings.max_len) {  // no need to split it to know
-    return {problem: `This sentence is too long: it has ${sentence.length.toLocaleString('en')} ` +
-      `characters, at least ${Math.ceil(sentence.length / longest)} pieces, and the model reads at ` +
-      `most ${settings.max_len}. Shorten it.`};
-  }
-  let ids;
-  try {
-    ids = sourceIds(vocab, sentence, settings.max_len);
-  } catch (err) {
-    return {problem: `This sentence is too long: ${err.message}. Shorten it.`};
-  }
-  if (ids === null) {
-    return {problem: 'Nothing to translate: none of these characters is in the model\'s vocabulary ' +
-      '(it learned the letters, digits and punctuation of German and English captions).'};
-  }
-  return {ids};
+/** The line under the box: what the model learned from, sentences it translates well and one it does not,
+ * each a link that puts it in the box. */
+function knows(text) {
+  const sample = sentence => {
+    const link = element('a', {href: '#aiayn-german', class: 'aiayn-sample', lang: 'de'}, sentence);
+    link.addEventListener('click', event => {
+      event.preventDefault();
+      text.value = sentence;
+      text.focus();
+    });
+    return ['“', link, '”'];
+  };
+  const good = GOOD.flatMap((sentence, i) =>
+    [i === 0 ? '' : i === GOOD.length - 1 ? ' or ' : ', ', ...sample(sentence)]);
+  return element('p', {class: 'aiayn-knows'},
+    'The model learned from the captions of 29,000 photographs (Multi30k): people, animals, streets, ' +
+    'sports. It translates captions like ', ...good, ' well, but not everyday German: ', ...sample(POOR),
+    ' comes out as nonsense. Click a sentence to put it in the box.');
 }
 
 /** The translator itself: the text box, greedy or beam search, the English, the attention. */
 function live(root, site, manifest, manifestUrl) {
   const beam = manifest.settings.beam;
-  const total = site.runtime.bytes + ['encoder.int8.onnx', 'decoder.int8.onnx', 'tokenizer.json',
-    'translator.json'].reduce((sum, name) => sum + manifest.files[name].bytes, 0);
+  const total = site.download.bytes;
   const text = element('textarea', {id: 'aiayn-german', rows: 2, lang: 'de', spellcheck: 'false'});
-  text.value = EXAMPLE;
+  text.value = GOOD[0];
   const choice = (value, label, checked) => element('label', {},
     element('input', {type: 'radio', name: 'aiayn-decoding', value, checked}), ` ${label}`);
   const load = element('button', {type: 'button', class: 'aiayn-load'},
@@ -219,14 +244,14 @@ function live(root, site, manifest, manifestUrl) {
   const go = element('button', {type: 'submit', class: 'aiayn-translate', disabled: true}, 'Translate');
   const progress = element('progress', {value: 0, max: total, hidden: true});
   const form = element('form', {class: 'aiayn-form'},
-    element('label', {for: 'aiayn-german', class: 'aiayn-field'}, 'German'), text,
+    element('label', {for: 'aiayn-german', class: 'aiayn-field'}, 'German'), text, knows(text),
     element('div', {class: 'aiayn-row'},
       element('span', {class: 'aiayn-choice'}, choice('greedy', 'greedy', true),
         choice('beam', `beam search, K = ${beam}`, false)),
       load, go, progress));
   const message = element('p', {class: 'aiayn-message', role: 'status', 'aria-live': 'polite'},
-    `The model (${megabytes(total - site.runtime.bytes)}) and onnxruntime-web ` +
-    `(${megabytes(site.runtime.bytes)}) load when you ask, once: the browser keeps them.`);
+    `Press the button to load the translator: the model (${megabytes(total - site.runtime.bytes)}) and ` +
+    `onnxruntime-web (${megabytes(site.runtime.bytes)}) load once, and the browser keeps them.`);
   const english = element('p', {class: 'aiayn-english', lang: 'en', hidden: true});
   const timing = element('p', {class: 'aiayn-timing', hidden: true});
   root.append(form, message, english, timing);
@@ -237,12 +262,17 @@ function live(root, site, manifest, manifestUrl) {
     message.textContent = text;
     message.classList.toggle('aiayn-error', isError);
   };
-  let translator = null;
+  const clear = () => {  // no answer on screen but the one to the sentence in the box
+    english.hidden = timing.hidden = true;
+    english.textContent = timing.textContent = '';
+    view.clear();
+  };
+  let ask = null;
   load.addEventListener('click', async () => {
     load.disabled = true;
     progress.hidden = false;
     try {
-      translator = await loadTranslator(site, manifest, manifestUrl, {progress, say});
+      ask = await loadTranslator(site, manifest, manifestUrl, {progress, say});
       load.hidden = true;
       go.disabled = false;
     } catch (err) {
@@ -254,27 +284,20 @@ function live(root, site, manifest, manifestUrl) {
   });
   form.addEventListener('submit', async event => {
     event.preventDefault();
-    if (translator === null || go.disabled) return;
-    const {model, vocab, settings} = translator;
-    const {ids, problem} = checkSentence(vocab, settings, text.value);
-    if (problem) return say(problem, true);
+    if (ask === null || go.disabled) return;
     const k = form.elements['aiayn-decoding'].value === 'beam' ? beam : 1;
+    clear();
     go.disabled = true;
     say(k === 1 ? 'Translating (greedy)…' : `Translating (beam search, K = ${k})…`);
     try {
-      await nextFrame();  // show the disabled button before the search holds the page
-      const started = performance.now();
-      const ys = await translateIds(model, vocab, ids, settings, k);  // <bos> first
-      const ms = performance.now() - started;
-      english.textContent = detokenize(vocab, ys);
+      const answer = await ask('translate', {sentence: text.value, beam: k});  // in the worker
+      if (answer.problem) return say(answer.problem, true);
+      english.textContent = answer.english;
       timing.textContent = `${k === 1 ? 'Greedy search' : `Beam search (K = ${k})`}: ` +
-        `${Math.round(ms).toLocaleString('en')} ms on this machine (one thread), ` +
-        `${ids.length} German and ${ys.length - 1} English pieces.`;
+        `${Math.round(answer.ms).toLocaleString('en')} ms on this machine (one thread), ` +
+        `${answer.ids.length} German and ${answer.ys.length - 1} English pieces.`;
       english.hidden = timing.hidden = false;
-      const maps = await attention(model, ids, ys);
-      view.show({source: pieces(vocab, ids), decoder_in: pieces(vocab, ys.slice(0, -1)),
-        decoder_out: pieces(vocab, ys.slice(1))},
-      {encoder: nested(maps.encoder), cross: nested(maps.cross), decoder_self: nested(maps.decoderSelf)});
+      view.show(answer.tokens, answer.maps);
       say('Below: where the model looked while it wrote this translation.');
     } catch (err) {
       say(`The translation failed: ${err.message}`, true);

@@ -1,0 +1,93 @@
+// The search off the page's main thread: a module worker that holds the two graphs and runs
+// translator.mjs, so that the page stays responsive while a long sentence is searched (a 30-word
+// sentence takes about a second with beam search; the page would freeze that long).
+//
+// page.mjs starts it with `new Worker(url, {type: 'module'})` and asks it one thing at a time:
+//   {id, kind: 'load', ort, wasmPaths, runtime, encoder, decoder, tokenizer, settings}
+//       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred)
+//       -> {id, value: {pieces: V}}
+//   {id, kind: 'translate', sentence, beam}
+//       -> {id, value: {problem}} for a sentence it cannot translate, with the reader's words, or
+//          {id, value: {english, ms, ids (S), ys (T + 1), tokens, maps}}: tokens as the heat map
+//          reads them, {source (S), decoder_in (T), decoder_out (T)} pieces; maps {encoder
+//          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
+//   a failure answers {id, error: message}.
+
+import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, sourceIds, translateIds}
+  from './translator.mjs';
+
+let translator = null;  // {model, vocab, settings}, once loaded
+
+/**
+ * Why a sentence cannot be translated, or its source ids.
+ * @param {Vocabulary} vocab
+ * @param {{max_len: number}} settings translator.json
+ * @param {string} sentence as the reader typed it
+ * @returns {{ids: number[]} | {problem: string}} ids (S), <eos> last
+ */
+export function checkSentence(vocab, settings, sentence) {
+  if (isBlank(sentence)) return {problem: 'Type a German sentence first.'};
+  const text = normalise(sentence);
+  const longest = Math.max(...vocab.pieces.map(p => p.length));
+  if (text.length / longest > settings.max_len) {  // no need to split it to know
+    return {problem: `This sentence is too long: it has ${text.length.toLocaleString('en')} ` +
+      `characters, at least ${Math.ceil(text.length / longest)} pieces, and the model reads at ` +
+      `most ${settings.max_len}. Shorten it.`};
+  }
+  let ids;
+  try {
+    ids = sourceIds(vocab, text, settings.max_len);
+  } catch (err) {
+    return {problem: `This sentence is too long: ${err.message}. Shorten it.`};
+  }
+  if (ids === null) {
+    return {problem: 'Nothing to translate: none of these characters is in the model\'s vocabulary ' +
+      '(it learned the letters, digits and punctuation of German and English captions).'};
+  }
+  return {ids};
+}
+
+/** Start onnxruntime-web on one thread with the graphs; read the tokenizer and the settings. */
+async function load({ort: ortUrl, wasmPaths, runtime, encoder, decoder, tokenizer, settings}) {
+  const ort = await import(ortUrl);
+  ort.env.wasm.numThreads = 1;
+  ort.env.wasm.wasmPaths = wasmPaths;
+  ort.env.wasm.wasmBinary = runtime;
+  const text = bytes => JSON.parse(new TextDecoder().decode(bytes));
+  const model = await OnnxModel.create(ort, new Uint8Array(encoder), new Uint8Array(decoder));
+  translator = {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings)};
+  return {pieces: translator.vocab.pieces.length};
+}
+
+/** Greedy (beam 1) or beam search of one sentence, timed, and the attention of its translation. */
+async function translate({sentence, beam}) {
+  if (translator === null) throw new Error('the translator is not loaded');
+  const {model, vocab, settings} = translator;
+  const {ids, problem} = checkSentence(vocab, settings, sentence);
+  if (problem) return {problem};
+  const started = performance.now();
+  const ys = await translateIds(model, vocab, ids, settings, beam);  // <bos> first
+  const ms = performance.now() - started;
+  const maps = await attention(model, ids, ys);
+  const pieces = list => list.map(i => vocab.pieces[i]);
+  return {
+    english: detokenize(vocab, ys), ms, ids, ys,
+    tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
+    maps: {encoder: maps.encoder, cross: maps.cross, decoder_self: maps.decoderSelf},
+  };
+}
+
+const jobs = {load, translate};
+let queue = Promise.resolve();  // one job at a time, in the order asked
+
+if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
+  self.addEventListener('message', ({data}) => {
+    queue = queue.then(async () => {
+      try {
+        self.postMessage({id: data.id, value: await jobs[data.kind](data)});
+      } catch (err) {
+        self.postMessage({id: data.id, error: err.message || String(err)});
+      }
+    });
+  });
+}
