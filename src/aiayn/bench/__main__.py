@@ -1,5 +1,5 @@
 """``python -m aiayn.bench``: the benchmark's command line."""
 
-from . import main
+from .command import main
 
 main()
