@@ -349,7 +349,7 @@ def run_bench(
         if notes[c] is not None:  # compiled here when there was no warm-up
             notes[c] += [n for n in compile_warnings if n not in notes[c]]
         if r == 0 and cuda:  # what this pass allocated beyond what it held
-            extra = torch.cuda.max_memoryallocated_bytes(device) - before
+            extra = torch.cuda.max_memory_allocated(device) - before
             peak_mib[c] = max(peak_mib[c], (resident[c] + extra) / 2**20)
         return seconds
 
