@@ -35,21 +35,22 @@ class _Collect(logging.Handler):
 
 
 @contextlib.contextmanager
-def collect_compile_warnings() -> Iterator[list[str]]:
+def collect_compile_warnings(enabled: bool = True) -> Iterator[list[str]]:
     """Collect what ``torch.compile`` logs inside the block instead of printing it.
 
     torch._dynamo and torch._inductor write each warning (a graph break, a recompilation limit,
     a fallback to eager) as a block of a dozen lines to stderr. Inside the block they go to the
     list this yields instead, one short line each, without repeats; the caller reports them in
     one line. With ``TORCH_LOGS`` set (``TORCH_LOGS=graph_breaks`` shows where a graph broke)
-    nothing is collected: the logs print as the variable asks.
+    nothing is collected: the logs print as the variable asks; with ``enabled=False`` (an eager
+    contender) neither, and the loggers are left alone.
 
         with collect_compile_warnings() as notes:
             step(batch)  # compiles
         notes            # ["Graph break from `Tensor.item()`"]
     """
     collect = _Collect()
-    if os.environ.get("TORCH_LOGS"):
+    if not enabled or os.environ.get("TORCH_LOGS"):
         yield collect.notes
         return
     loggers = [logging.getLogger(name) for name in COMPILE_LOGGERS]

@@ -18,7 +18,6 @@ passes give each contender's row: its median pass, speed against the first, FLOP
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -132,15 +131,6 @@ def multi30k_batches(
         for g in groups
     ]
     return batches, tokenizer.vocab_size
-
-
-def _collect(compiled: bool) -> contextlib.AbstractContextManager[list[str]]:
-    """``collect_compile_warnings()`` for a compiled contender, else an empty list."""
-    return (
-        collect_compile_warnings()
-        if compiled
-        else contextlib.nullcontext([])
-    )
 
 
 def run_bench(
@@ -329,10 +319,10 @@ def run_bench(
             )
         trainer = Trainer(name, model, amp_dtype, device)
         torch.manual_seed(seed)  # the same dropout draws for every contender
-        with _collect(compiled) as compile_warnings:  # compiled here
+        with collect_compile_warnings(compiled) as warned:  # compiled here
             warm.append(warm_up(trainer, batches, size["warmup"], device))
         trainers.append(trainer)
-        notes.append(list(compile_warnings) if compiled else None)
+        notes.append(warned if compiled else None)
         resident.append(allocated_bytes(device) - base_bytes)
         peak_mib.append(peak_memory_mib(device, base_bytes))
 
@@ -344,10 +334,11 @@ def run_bench(
             seed + 1 + r
         )  # pass r: the same dropout draws for all
         before = start_memory(device) if r == 0 else 0
-        with _collect(notes[c] is not None) as compile_warnings:
+        compiled = notes[c] is not None
+        with collect_compile_warnings(compiled) as warned:
             seconds, losses[c] = timed_pass(trainers[c], batches, device)
-        if notes[c] is not None:  # compiled here when there was no warm-up
-            notes[c] += [n for n in compile_warnings if n not in notes[c]]
+        if compiled:  # compiled here when there was no warm-up
+            notes[c] += [n for n in warned if n not in notes[c]]
         if r == 0 and cuda:  # what this pass allocated beyond what it held
             extra = torch.cuda.max_memory_allocated(device) - before
             peak_mib[c] = max(peak_mib[c], (resident[c] + extra) / 2**20)
