@@ -18,6 +18,7 @@ import yaml
 from torch import nn
 
 from aiayn import published as P
+from aiayn import release as R
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -244,12 +245,12 @@ def test_a_layout_without_a_conversion_is_reported_by_key():
 
 
 def test_a_release_from_the_run_folder(tmp_path, shared):
-    sums = P.prepare_release(shared, tmp_path)
+    sums = R.prepare_release(shared, tmp_path)
     run_sums = dict(
         reversed(line.split())
         for line in (shared / "SHA256SUMS").read_text().splitlines()
     )
-    for name in P.RELEASE_FILES:
+    for name in (P.WEIGHTS, *R.RUN_FILES):
         assert sums[name] == run_sums[name]
     listed = (tmp_path / "SHA256SUMS").read_text()
     for name, digest in sums.items():
@@ -274,7 +275,7 @@ def test_a_release_from_the_run_folder(tmp_path, shared):
 def test_a_release_of_a_flat_config_names_its_sizes(tmp_path, shared):
     """The published run's config.json is flat (older code): the card reads it as well."""
     assert "N" in json.loads((shared / "config.json").read_text())
-    P.prepare_release(shared, tmp_path)
+    R.prepare_release(shared, tmp_path)
     card = (tmp_path / "MODEL_CARD.md").read_text()
     assert "N = 3 layers per stack, d_model = 512, d_ff = 2048, h = 8, P_drop = 0.3" in card
     assert "one joint BPE vocabulary of 8,000 pieces" in card
@@ -283,7 +284,7 @@ def test_a_release_of_a_flat_config_names_its_sizes(tmp_path, shared):
 
 def test_a_release_needs_a_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint.pt"):
-        P.prepare_release(tmp_path, tmp_path / "out")
+        R.prepare_release(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from aiayn import published as P
+from aiayn import release as R
 from aiayn.data import load_multi30k
 from aiayn.presets import PRESETS
 from aiayn.recipes import train
@@ -79,10 +80,10 @@ def test_the_run_nests_the_model_config(run):
 
 def test_a_release_holds_its_files_and_their_sums(released):
     names = sorted(p.name for p in released.iterdir())
-    assert names == sorted([WEIGHTS, *P.RUN_FILES, "MODEL_CARD.md", "SHA256SUMS"])
+    assert names == sorted([WEIGHTS, *R.RUN_FILES, "MODEL_CARD.md", "SHA256SUMS"])
     check = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=released, capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.count(": OK\n") == len(names) - 1, check.stdout
-    sums = P.read_sums(released / "SHA256SUMS")
+    sums = R.read_sums(released / "SHA256SUMS")
     for name, digest in sums.items():
         assert hashlib.sha256((released / name).read_bytes()).hexdigest() == digest
     assert {p.stat().st_mode & 0o777 for p in released.iterdir()} == {0o666 & ~_umask()}
@@ -193,8 +194,8 @@ def test_results_of_other_weights_are_refused(run, tmp_path):
     results = json.loads((bare / "results.json").read_text())
     results["test2016"]["checkpoints"] = ["epoch-001.pt"]
     (bare / "results.json").write_text(json.dumps(results))
-    with pytest.raises(P.ReleaseError, match=r"come from the mean of epoch-001.pt, but .* evaluate it again"):
-        P.prepare_release(bare, tmp_path / "out")
+    with pytest.raises(R.ReleaseError, match=r"come from the mean of epoch-001.pt, but .* evaluate it again"):
+        R.prepare_release(bare, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
