@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from aiayn.attention import KVCache
+from aiayn import decoding_common
 from aiayn.batches import copy_task_batches
 from aiayn.decoding import (
     BeamSearchOutput,
@@ -22,6 +22,7 @@ from aiayn.decoding import (
     length_penalty_limit,
     sample,
 )
+from aiayn.kv_cache import KVCache, decode_cached, new_cache
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.masks import decoder_mask, padding_mask
 from aiayn.model import Transformer, TransformerConfig, set_fast
@@ -61,7 +62,10 @@ def copy_model() -> Transformer:
 
 
 class FixedLogits(nn.Module):
-    """A stand-in model whose next-token logits are always the same, whatever the input."""
+    """A stand-in model whose next-token logits are always the same, whatever the input.
+
+    It has no decoder layers to cache, so it decodes with ``use_cache=False`` (the whole prefix).
+    """
 
     def __init__(self, logits: list[float], pad_id: int = PAD):
         super().__init__()
@@ -71,26 +75,11 @@ class FixedLogits(nn.Module):
     def encode(self, src, src_mask):
         return torch.zeros(src.size(0), src.size(1), 1)
 
-    def decode(self, memory, src_mask, tgt, tgt_mask=None, cache=None):
-        if cache is not None:
-            cache.extend(range(tgt.size(1)))  # the positions it now holds
+    def decode(self, memory, src_mask, tgt, tgt_mask=None):
         return torch.zeros(tgt.size(0), tgt.size(1), 1)
-
-    def new_cache(self):
-        return PositionCount()
 
     def generator(self, x):
         return self.logits.expand(x.size(0), -1)
-
-
-class PositionCount(list):
-    """Stands in for a DecoderCache: its length is the number of positions decoded."""
-
-    def reorder(self, index):
-        pass
-
-    def keep_rows(self, index):
-        pass
 
 
 # --- greedy --------------------------------------------------------------------------------------
@@ -120,7 +109,7 @@ def test_greedy_equals_one_sentence_at_a_time():
 def test_greedy_stops_when_all_finished_and_pads_after_eos():
     logits = [0.0] * 5
     logits[EOS] = 5.0
-    out = greedy_decode(FixedLogits(logits), torch.ones(3, 4, dtype=torch.long), None, 10, BOS, EOS)
+    out = greedy_decode(FixedLogits(logits), torch.ones(3, 4, dtype=torch.long), None, 10, BOS, EOS, use_cache=False)
     assert torch.equal(out, torch.tensor([[BOS, EOS]] * 3))
 
 
@@ -243,6 +232,7 @@ def _first_tokens(logits: list[float], n: int = 20_000, **kwargs) -> torch.Tenso
         BOS,
         EOS,
         generator=torch.Generator().manual_seed(0),
+        use_cache=False,
         **kwargs,
     )
     return torch.bincount(out[:, 1], minlength=len(logits)).float() / n
@@ -323,7 +313,7 @@ def test_token_ids_outside_the_vocabulary_are_refused(decode, bos_id, eos_id, me
 def test_a_stand_in_model_without_a_vocabulary_size_still_refuses_negative_ids():
     model = FixedLogits([0.0] * 5)  # its config has no tgt_vocab_size
     with pytest.raises(ValueError, match=r"eos_id must be a token id >= 0, got -1"):
-        greedy_decode(model, SRC, None, 5, BOS, -1)
+        greedy_decode(model, SRC, None, 5, BOS, -1, use_cache=False)
 
 
 @pytest.mark.parametrize(
@@ -461,9 +451,9 @@ def test_cached_logits_equal_teacher_forcing_at_every_step(fast, learned_positio
     with torch.no_grad(), set_fast(model, fast):
         memory = model.encode(src, src_mask)
         teacher = model.generator(model.decode(memory, src_mask, tgt, decoder_mask(tgt, PAD)))  # (B, T, V)
-        cache = model.new_cache()
+        cache = new_cache(model)
         for t in range(tgt.size(1)):
-            step = model.generator(model.decode(memory, src_mask, tgt[:, t : t + 1], cache=cache))  # (B, 1, V)
+            step = model.generator(decode_cached(model, memory, src_mask, tgt[:, t : t + 1], cache))  # (B, 1, V)
             assert_close(step[:, 0], teacher[:, t], msg=lambda m, t=t: f"step {t}: {m}")
         assert len(cache) == tgt.size(1)
 
@@ -474,21 +464,26 @@ def test_cache_fed_in_chunks_equals_teacher_forcing():
     with torch.no_grad():
         memory = model.encode(src)
         teacher = model.decode(memory, padding_mask(src, PAD), tgt)
-        cache = model.new_cache()
+        cache = new_cache(model)
         parts = tgt.split([3, 1, tgt.size(1) - 4], dim=1)  # several positions at once, then one, then the rest
-        chunks = [model.decode(memory, padding_mask(src, PAD), part, cache=cache) for part in parts]
+        chunks = [decode_cached(model, memory, padding_mask(src, PAD), part, cache) for part in parts]
     assert_close(torch.cat(chunks, dim=1), teacher)
 
 
-def test_cache_runs_the_decoder_over_one_position_per_step():
+def test_cache_runs_the_decoder_over_one_position_per_step(monkeypatch):
     model, src = random_model(), random_source()
     seen: list[int] = []
     decode = model.decode
 
-    def counting_decode(memory, src_mask, tgt, tgt_mask=None, cache=None):
+    def counting_cached(model, memory, src_mask, tgt, cache, tgt_mask=None):
         seen.append(tgt.size(1))
-        return decode(memory, src_mask, tgt, tgt_mask, cache)
+        return decode_cached(model, memory, src_mask, tgt, cache, tgt_mask)
 
+    def counting_decode(memory, src_mask, tgt, tgt_mask=None):
+        seen.append(tgt.size(1))
+        return decode(memory, src_mask, tgt, tgt_mask)
+
+    monkeypatch.setattr(decoding_common, "decode_cached", counting_cached)
     model.decode = counting_decode
     steps = greedy_decode(model, src, None, 9, BOS, EOS).size(1) - 1
     assert seen == [1] * steps
@@ -598,9 +593,9 @@ def test_decode_sorted_equals_greedy_on_one_unpadded_batch():
         (lambda m: decode_sorted(m, [[3, 2], []], BOS, EOS), ValueError, "sources must hold 1 to max_len=5000 ids"),
         (lambda m: decode_sorted(m, [[3, 2]], BOS, EOS, batch_size=0), ValueError, "batch_size must be an integer >="),
         (
-            lambda m: m.decode(m.encode(SRC), None, SRC[:, :1], cache=[]),
+            lambda m: decode_cached(m, m.encode(SRC), None, SRC[:, :1], []),
             TypeError,
-            "cache: expected a DecoderCache from new_cache",
+            r"cache: expected a DecoderCache from new_cache\(model\)",
         ),
     ],
 )
@@ -611,11 +606,11 @@ def test_bad_cache_and_batching_arguments_raise(call, error, message):
 
 def test_a_cache_of_another_batch_size_is_rejected():
     model = random_model().eval()
-    cache = model.new_cache()
+    cache = new_cache(model)
     with torch.no_grad():
-        model.decode(model.encode(SRC), None, SRC[:, :1], cache=cache)
+        decode_cached(model, model.encode(SRC), None, SRC[:, :1], cache)
         with pytest.raises(ValueError, match="cache holds 2 sequences but tgt has batch size 1"):
-            model.decode(model.encode(SRC[:1]), None, SRC[:1, :1], cache=cache)
+            decode_cached(model, model.encode(SRC[:1]), None, SRC[:1, :1], cache)
 
 
 # --- Finished sentences leave the batch -------------------------------------------------------------
@@ -636,17 +631,22 @@ def decode_batch_sizes(model: Transformer, decode) -> list[tuple[int, int | None
     seen = []
     original = model.decode
 
-    def counting_decode(memory, src_mask, tgt, tgt_mask=None, cache=None):
-        out = original(memory, src_mask, tgt, tgt_mask, cache)
-        cross = None if cache is None else cache.layers[0][1].k.size(0)
-        seen.append((tgt.size(0), cross))
+    def counting_cached(model, memory, src_mask, tgt, cache, tgt_mask=None):
+        out = decode_cached(model, memory, src_mask, tgt, cache, tgt_mask)
+        seen.append((tgt.size(0), cache.layers[0][1].k.size(0)))
         return out
 
+    def counting_decode(memory, src_mask, tgt, tgt_mask=None):
+        seen.append((tgt.size(0), None))
+        return original(memory, src_mask, tgt, tgt_mask)
+
     model.decode = counting_decode
-    try:
-        decode()
-    finally:
-        del model.decode  # the class's method again
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decoding_common, "decode_cached", counting_cached)
+        try:
+            decode()
+        finally:
+            del model.decode  # the class's method again
     return seen
 
 
@@ -663,8 +663,8 @@ def test_finished_sentences_leave_the_batch(beam_size):
 
     pruned = decode_batch_sizes(model, decode(True))
     full = decode_batch_sizes(model, decode(False))
-    # the reference computes every row at every step; the sources' keys and values are kept once
-    assert full == [(B * K, B)] * len(full)
+    # the reference computes every row at every step, each beam with its own copy of the source
+    assert full == [(B * K, B * K)] * len(full)
     assert len(pruned) == len(full)  # the same steps
     rows = [n for n, _ in pruned]
     sources = [s for _, s in pruned]

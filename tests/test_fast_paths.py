@@ -13,10 +13,10 @@ from torch.testing import assert_close
 from aiayn.attention import (
     MultiHeadAttention,
     PreparedMask,
-    packed_weights_kept,
     prepare_mask,
     set_fused,
 )
+from aiayn.fast_attention import FastMultiHeadAttention, packed_weights_kept
 from aiayn.layers import LayerNorm, set_fast
 from aiayn.masks import decoder_mask, padding_mask
 from aiayn.model import Transformer, TransformerConfig
@@ -84,6 +84,12 @@ def test_fused_layer_norm_keeps_the_parameter_names():
 # --- Packed projections ----------------------------------------------------------------------------
 
 
+def packed(attn: MultiHeadAttention) -> FastMultiHeadAttention:
+    """The module as ``set_fast`` makes it, the fused kernel left as it was: packed q/k/v only."""
+    attn.__class__ = FastMultiHeadAttention
+    return attn
+
+
 @pytest.mark.parametrize(
     "sizes",
     [dict(d_model=32, h=4), dict(d_model=32, h=4, d_k=4, d_v=12), dict(d_model=32, h=4, bias=False)],
@@ -92,8 +98,7 @@ def test_fused_layer_norm_keeps_the_parameter_names():
 def test_packed_self_attention_equals_separate_projections(sizes):
     torch.manual_seed(0)
     explicit = MultiHeadAttention(dropout=0.0, **sizes)
-    fast = copy.deepcopy(explicit)
-    fast.packed = True
+    fast = packed(copy.deepcopy(explicit))
     x = torch.randn(2, 6, 32)
     mask = decoder_mask(torch.tensor([[1, 5, 6, 7, 0, 0], [1, 4, 4, 4, 4, 4]]), PAD)
     assert_same_run(explicit, fast, lambda m: m(x, x, x, mask))
@@ -102,8 +107,7 @@ def test_packed_self_attention_equals_separate_projections(sizes):
 def test_packed_cross_attention_equals_separate_projections():
     torch.manual_seed(0)
     explicit = MultiHeadAttention(32, 4, dropout=0.0)
-    fast = copy.deepcopy(explicit)
-    fast.packed = True
+    fast = packed(copy.deepcopy(explicit))
     x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
     mask = padding_mask(torch.tensor([[3, 4, 5, 0, 0, 0, 0], [3, 4, 5, 6, 7, 8, 9]]), PAD)
     assert_same_run(explicit, fast, lambda m: m(x, memory, memory, mask))
@@ -112,7 +116,7 @@ def test_packed_cross_attention_equals_separate_projections():
 def test_packed_projections_leave_parameters_and_state_dict_unchanged():
     attn = MultiHeadAttention(32, 4)
     before = {k: v.shape for k, v in attn.state_dict().items()}
-    attn.packed = True
+    packed(attn)
     x = torch.randn(1, 3, 32)
     with torch.no_grad():
         attn(x, x, x)
@@ -123,10 +127,8 @@ def test_packed_projections_leave_parameters_and_state_dict_unchanged():
 def test_packed_weights_are_stacked_once_inside_a_decoding_block_and_dropped_after_it():
     """``packed_weights_kept`` keeps one stacked copy for its block; after it, each forward stacks anew."""
     torch.manual_seed(0)
-    attn = MultiHeadAttention(16, 2, dropout=0.0).eval()
-    attn.packed = True
-    reference = copy.deepcopy(attn)
-    reference.packed = False
+    reference = MultiHeadAttention(16, 2, dropout=0.0).eval()
+    attn = packed(copy.deepcopy(reference))
     x = torch.randn(2, 4, 16)
 
     def check() -> None:
@@ -138,7 +140,7 @@ def test_packed_weights_are_stacked_once_inside_a_decoding_block_and_dropped_aft
         kept = attn._packed_kept[("w_q", "w_k", "w_v")][0]
         check()  # a second call reuses the copy
         assert attn._packed_kept[("w_q", "w_k", "w_v")][0] is kept
-    assert attn._packed_kept is None
+    assert not hasattr(attn, "_packed_kept")
     optimizer = torch.optim.SGD(attn.parameters(), lr=0.5)
     (attn(x, x, x) ** 2).sum().backward()
     optimizer.step()

@@ -1,6 +1,6 @@
 """No copy derived from the weights outlives them: whatever changes the parameters, the next forward uses the new ones.
 
-The fast path stacks the q/k/v weights into one product (``MultiHeadAttention.packed``) and, on an
+The fast path stacks the q/k/v weights into one product (``fast_attention``) and, on an
 x86 CPU, decoding reorders each weight for oneDNN (``decoding.onednn_linear``). A stacked copy that
 was kept across forwards, keyed on the parameters' version counters, went stale after every step of
 fused Adam, which updates in place without bumping them: every GPU run's validation loss was that of
@@ -18,13 +18,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from aiayn.attention import MultiHeadAttention
+from aiayn import fast_attention
 from aiayn.decoding import (
     beam_search,
     greedy_decode,
     onednn_available,
     onednn_linear,
 )
+from aiayn.fast_attention import FastMultiHeadAttention
 from aiayn.layers import set_fast
 from aiayn.presets import build_model, get_preset
 from aiayn.schedule import make_optimizer
@@ -140,25 +141,23 @@ def test_every_change_of_the_parameters_reaches_the_next_forward_and_decoding(ch
         assert torch.equal(ours, theirs)
 
 
-def test_no_stacked_copy_outlives_a_decoding_call():
+def test_no_stacked_copy_outlives_a_decoding_call(monkeypatch):
     model = smoke_model()
-    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    attention = [m for m in model.modules() if isinstance(m, FastMultiHeadAttention)]
+    assert attention, "set_fast makes every attention the fast twin"
     seen = []
-    original = MultiHeadAttention._packed_parameters
+    original = fast_attention._packed_parameters
 
-    def spy(self, names):
-        seen.append(self._packed_kept is not None)
-        return original(self, names)
+    def spy(attn, names):
+        seen.append(getattr(attn, "_packed_kept", None) is not None)
+        return original(attn, names)
 
-    MultiHeadAttention._packed_parameters = spy
-    try:
-        decoded(model)
-        logits(model)
-    finally:
-        MultiHeadAttention._packed_parameters = original
+    monkeypatch.setattr(fast_attention, "_packed_parameters", spy)
+    decoded(model)
+    logits(model)
     assert any(seen), "decoding should keep its stacked weights while it runs"
     assert not seen[-1], "a plain forward must stack the weights anew"
-    assert all(m._packed_kept is None for m in attention)
+    assert not any(hasattr(m, "_packed_kept") for m in attention)
 
 
 @pytest.mark.skipif(not onednn_available(), reason="oneDNN's float32 product needs an x86 CPU with AVX")

@@ -37,23 +37,34 @@ beam 4: all 1,000 test and 1,014 val translations identical to ``onednn=False``.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 import numbers
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
-from torch.utils.flop_counter import register_flop_formula
 
-from .attention import packed_weights_kept
 from .checks import check_int, check_token_dtype
-from .layers import DecoderCache
-from .masks import decoder_mask, padding_mask
+from .decoding_common import (
+    BeamSearchOutput,
+    MaxLen,
+    _best_beams,
+    _check_common,
+    _eval_mode,
+    _Finished,
+    _is_number,
+    _keep_rows,
+    _next_logits,
+    _products,
+    _start,
+    check_beam,
+    gnmt_length_penalty,
+    length_penalty_limit,
+)
+from .kv_cache import new_cache
+from .onednn import onednn_available, onednn_linear
+from .pruned_beam import pruned_beam_search
 
 __all__ = [
     "greedy_decode",
@@ -67,301 +78,8 @@ __all__ = [
     "onednn_available",
 ]
 
-MaxLen = int | Sequence[int] | torch.Tensor
 
-
-# --- Shared pieces --------------------------------------------------------------------------------
-
-
-@functools.cache
-def onednn_available() -> bool:
-    """Whether ``onednn_linear`` can run here: an x86 CPU with AVX, PyTorch built with oneDNN, and
-    its product agreeing with ``F.linear`` on a small example (the op is PyTorch's own, not a
-    public API: another PyTorch version may change it, and then decoding uses ``F.linear``)."""
-    capability = torch.backends.cpu.get_cpu_capability()  # "AVX512", ...
-    if not (
-        capability.startswith("AVX")
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    ):
-        return False
-    g = torch.Generator().manual_seed(0)
-    x, w, b = (
-        torch.randn(*shape, generator=g) for shape in ((3, 8), (5, 8), (5,))
-    )
-    # float32 throughout, even when first asked inside an autocast block
-    with torch.no_grad(), torch.autocast("cpu", enabled=False):
-        try:
-            with onednn_linear():
-                y = F.linear(x, w, b)
-        except (RuntimeError, TypeError):
-            return False
-        return torch.allclose(y, F.linear(x, w, b), atol=1e-5)
-
-
-class onednn_linear(
-    TorchFunctionMode
-):  # lower case: used as ``with onednn_linear():``
-    """Inside the block, compute ``F.linear`` on float32 CPU tensors with oneDNN's matrix product.
-
-    PyTorch's CPU ``F.linear`` calls its BLAS, Intel MKL in the wheels from pypi.org, which on
-    some CPUs runs far below their peak: on the AMD EPYC these chapters were measured on, oneDNN
-    (the library PyTorch also ships for its CPU kernels) multiplies twice as fast. Same float32
-    arithmetic, summed in another order, so the results differ by rounding, as they do between
-    batch sizes. Everything else (gradients, autocast, other dtypes and devices) goes to
-    ``F.linear`` unchanged. Each weight is reordered once inside the block, which must therefore
-    not change the weights (decoding does not); the copies are dropped on exit.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # (address, shape) -> (the weight, held so that its address is not
-        # reused while the entry exists; the weight in oneDNN's layout)
-        self.packed: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def __exit__(self, *exc_info: object) -> None:
-        # no reordered weight outlives the block: parameters may change after it, and a version
-        # counter would not say so (fused optimizers update in place without bumping it)
-        self.packed.clear()
-        return super().__exit__(*exc_info)
-
-    def _packed(self, weight: torch.Tensor) -> torch.Tensor:
-        """``weight`` in oneDNN's blocked layout, made once per weight inside the block."""
-        stamp = (weight.data_ptr(), tuple(weight.shape))
-        if stamp not in self.packed:
-            blocked = torch.ops.mkldnn._reorder_linear_weight(
-                weight.detach(), None
-            )
-            self.packed[stamp] = (weight, blocked)
-        return self.packed[stamp][1]
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is not F.linear:
-            return func(*args, **kwargs)
-        x, weight, bias = _linear_arguments(*args, **kwargs)
-        plain = (
-            x.device.type == "cpu"
-            and x.dtype == weight.dtype == torch.float32
-            and x.numel() > 0
-            and not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu")
-        )
-        if not plain:
-            return func(*args, **kwargs)
-        rows = x.reshape(-1, x.size(-1))  # (rows, in_features)
-        # (rows, out_features): x Wᵀ + b, with no activation fused after it
-        packed = self._packed(weight)
-        y = torch.ops.mkldnn._linear_pointwise(
-            rows, packed, bias, "none", [], ""
-        )
-        return y.view(*x.shape[:-1], weight.size(0))  # (..., out_features)
-
-
-def _linear_arguments(input, weight, bias=None):
-    """``F.linear``'s arguments, by position or by name."""
-    return input, weight, bias
-
-
-if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-
-    @register_flop_formula(torch.ops.mkldnn._linear_pointwise)
-    def _onednn_linear_flops(x_shape, *args, **kwargs) -> int:
-        """``FlopCounterMode`` counts oneDNN's product as it counts ``F.linear``'s: 2 · rows · in · out.
-
-        ``args``: the shapes of (weight, bias, attr, scalars, algorithm), or of the ``binary``
-        overload's (other, weight, bias, attr).
-        """
-        w_shape = args[0] if len(args) == 5 else args[1]  # (out, in)
-        return 2 * math.prod(x_shape[:-1]) * x_shape[-1] * w_shape[0]
-
-
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module, onednn: bool = False) -> Iterator[None]:
-    """Run the block with ``model.eval()`` and gradients off, then restore the previous mode.
-
-    With ``onednn`` (and ``onednn_available()``), the linear layers run under ``onednn_linear``.
-    """
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), _products(onednn), packed_weights_kept(model):
-            yield
-    finally:
-        model.train(was_training)
-
-
-def _products(onednn: bool) -> contextlib.AbstractContextManager:
-    """``onednn_linear()`` when asked for and available here, else a context that does nothing."""
-    if onednn and onednn_available():
-        return onednn_linear()
-    return contextlib.nullcontext()
-
-
-def _check_token_id(name: str, value: object, model: nn.Module) -> None:
-    """Raise a ``ValueError`` unless ``value`` is an id of the output vocabulary, in [0, V)."""
-    check_int(name, value)
-    V = getattr(model.config, "tgt_vocab_size", None)  # None: a stand-in
-    if value < 0 or (V is not None and value >= V):
-        where = (
-            f"in [0, {V}) (the model's output vocabulary)" if V else ">= 0"
-        )
-        raise ValueError(f"{name} must be a token id {where}, got {value}")
-
-
-def _check_device(name: str, tensor: torch.Tensor, model: nn.Module) -> None:
-    """Raise a ``ValueError`` when ``tensor`` is not on the device of the model's weights."""
-    parameters = getattr(model, "parameters", None)
-    weight = next(parameters(), None) if callable(parameters) else None
-    if weight is not None and tensor.device != weight.device:
-        raise ValueError(
-            f"{name} is on {tensor.device} but the model is on "
-            f"{weight.device}: move it with {name}.to({str(weight.device)!r})"
-        )
-
-
-def _check_common(
-    model: nn.Module,
-    src: torch.Tensor,
-    max_len: MaxLen,
-    bos_id: int,
-    eos_id: int,
-) -> tuple[int, int, torch.Tensor | None]:
-    """Validate the arguments every decoder takes.
-
-    Returns:
-        The padding id, the longest output and, when ``max_len`` gives one limit per
-        sentence, those limits ``(B,)`` (else ``None``).
-    """
-    check_token_dtype(src, "src")
-    if src.dim() != 2:
-        raise ValueError(
-            f"src: expected shape (B, S) of token ids, got {tuple(src.shape)}"
-        )
-    if src.size(0) == 0 or src.size(1) == 0:
-        raise ValueError(
-            "src: expected at least one sentence of at least one token, "
-            f"got shape {tuple(src.shape)}"
-        )
-    _check_device("src", src, model)
-    limits = None
-    if isinstance(max_len, (torch.Tensor, Sequence)) and not isinstance(
-        max_len, str
-    ):
-        if isinstance(max_len, torch.Tensor):
-            values = max_len.tolist()
-        else:
-            values = list(max_len)
-        values = values if isinstance(values, list) else [values]
-        ok = all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1
-            for v in values
-        )
-        if not ok or len(values) != src.size(0):
-            raise ValueError(
-                f"max_len: expected one positive integer per sentence ({src.size(0)}), got {values!r}"
-            )
-        limits = torch.tensor(values, dtype=torch.long, device=src.device)
-        max_len = max(values)
-    is_int = isinstance(max_len, int) and not isinstance(max_len, bool)
-    if not is_int or max_len < 1:
-        raise ValueError(
-            f"max_len must be a positive integer (the output length, <bos> included), got {max_len!r}"
-        )
-    _check_token_id("bos_id", bos_id, model)
-    _check_token_id("eos_id", eos_id, model)
-    pad_id = model.config.pad_id
-    if bos_id == pad_id:
-        raise ValueError(
-            f"bos_id must differ from the padding id, got both {pad_id}"
-        )
-    if eos_id == bos_id:
-        raise ValueError(
-            f"eos_id must differ from bos_id, got both {bos_id}"
-        )
-    return pad_id, max_len, limits
-
-
-def _next_logits(
-    model: nn.Module,
-    memory: torch.Tensor,
-    src_mask: torch.Tensor,
-    prefix: torch.Tensor,
-    cache: DecoderCache | None = None,
-) -> torch.Tensor:
-    """The logits for the token after ``prefix`` ``(B, T)``, ``(B, V)`` float32.
-
-    Without a cache the decoder runs over the whole prefix; with one, over the positions the
-    cache does not hold yet (the last one).
-    """
-    if cache is None:  # the decoder runs over the whole prefix
-        tgt_mask = decoder_mask(prefix, model.config.pad_id)  # (B, 1, T, T)
-        out = model.decode(memory, src_mask, prefix, tgt_mask)
-    else:  # only over the position the cache does not hold yet
-        new = prefix[:, len(cache) :]  # (B, 1)
-        out = model.decode(memory, src_mask, new, cache=cache)
-    # out: (B, T or 1, d_model); the next token's logits come from the last
-    return model.generator(out[:, -1]).float()  # (B, V)
-
-
-def _start(
-    model: nn.Module,
-    src: torch.Tensor,
-    src_mask: torch.Tensor | None,
-    bos_id: int,
-):
-    """Encode the source once and build the ``(B, 1)`` prefix of ``<bos>``."""
-    if isinstance(src_mask, torch.Tensor):
-        _check_device("src_mask", src_mask, model)
-    elif src_mask is not None:
-        raise TypeError(
-            "src_mask: expected a boolean (B, 1, 1, S) torch.Tensor or None, "
-            f"got {type(src_mask).__name__}"
-        )
-    if src_mask is None:
-        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
-    memory = model.encode(src, src_mask)  # (B, S, d_model)
-    B = src.size(0)
-    # (B, 1): every output starts with <bos>
-    prefix = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-    return memory, src_mask, prefix
-
-
-def _keep_rows(
-    index: torch.Tensor,
-    cache: DecoderCache | None,
-    *tensors: torch.Tensor | None,
-) -> list[torch.Tensor | None]:
-    """Keep the rows ``index`` ``(B',)`` of the cache and of each tensor.
-
-    This is how a finished sentence leaves the working batch. ``None`` stays
-    ``None`` (no limits per sentence, no cache).
-
-    Returns:
-        The tensors in the order given, each with ``B'`` rows.
-    """
-    if cache is not None:
-        cache.keep_rows(index)  # self- and cross-attention, every layer
-    return [None if t is None else t.index_select(0, index) for t in tensors]
-
-
-class _Finished:
-    """The outputs of the sentences that have left the batch."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[torch.Tensor, ...]] = []
-
-    def add(self, sentences: torch.Tensor, tokens: torch.Tensor, *values):
-        """Keep ``tokens`` ``(n, T)`` and ``values`` ``(n,)`` of ``sentences`` ``(n,)``."""
-        self.parts.append((sentences, tokens, *values))
-
-    def in_order(self, pad_id: int) -> list[torch.Tensor]:
-        """Row i is sentence i: tokens ``(B, L)``, padded, and values ``(B,)``."""
-        sentences, tokens, *values = zip(*self.parts, strict=True)
-        L = max(t.size(1) for t in tokens)
-        tokens = [F.pad(t, (0, L - t.size(1)), value=pad_id) for t in tokens]
-        order = torch.cat(sentences).argsort()  # (B,)
-        return [torch.cat(field)[order] for field in (tokens, *values)]
+# --- Greedy decoding and sampling ------------------------------------------------------------------
 
 
 def _generate(
@@ -382,7 +100,7 @@ def _generate(
     )
     with _eval_mode(model, onednn):
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
-        cache = model.new_cache() if use_cache else None
+        cache = new_cache(model) if use_cache else None
         B = src.size(0)
         # (B,), True once a sentence has ended or reached its limit
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
@@ -548,179 +266,6 @@ def sample(
 # --- Beam search ----------------------------------------------------------------------------------
 
 
-def _is_number(value: object) -> bool:
-    """A real number that is not a bool (``True`` is an int in Python)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def length_penalty_limit(
-    length: int, dtype: torch.dtype = torch.float32
-) -> float:
-    """The largest α for which ((5 + L) / 6)^α stays finite in ``dtype`` for every L <= ``length``.
-
-    Beam search divides by the penalty in float32: a larger α makes the penalty of a long output
-    infinite and its score 0, the best there is, so long outputs would win whatever their words.
-    """
-    check_int("length", length, minimum=0)
-    if length == 0:
-        return math.inf
-    return math.log(torch.finfo(dtype).max) / math.log((5 + length) / 6)
-
-
-def gnmt_length_penalty(
-    length: torch.Tensor | int, alpha: float
-) -> torch.Tensor | float:
-    """The length penalty of Wu et al. (2016), lp(Y) = ((5 + |Y|) / 6)^α; α = 0 turns it off.
-
-    Raises a ``ValueError`` when α is not a finite number >= 0, and when the penalty overflows
-    (see ``length_penalty_limit``) rather than return infinity.
-    """
-    if not (_is_number(alpha) and 0 <= alpha < math.inf):
-        raise ValueError(
-            "length_penalty (alpha) must be a finite number >= 0, "
-            f"got {alpha!r}"
-        )
-    if not isinstance(length, torch.Tensor):
-        check_int("length", length, minimum=0)
-        try:
-            return ((5 + length) / 6) ** alpha
-        except OverflowError:
-            raise ValueError(
-                _overflow(alpha, length, torch.float64)
-            ) from None
-    lp = ((5 + length) / 6) ** alpha
-    # below this α even the longest int64 length cannot overflow: no check,
-    # so no device synchronisation, for the α anyone uses
-    safe = math.log(torch.finfo(lp.dtype).max) / math.log((5 + 2**63) / 6)
-    if alpha > safe and not torch.isfinite(lp).all():
-        raise ValueError(_overflow(alpha, int(length.max()), lp.dtype))
-    return lp
-
-
-def _overflow(alpha: float, length: int, dtype: torch.dtype) -> str:
-    limit = length_penalty_limit(length, dtype)
-    return (
-        f"length_penalty (alpha) {alpha!r} makes the penalty "
-        f"((5 + L) / 6)^alpha overflow {dtype} for an output of L = "
-        f"{length} tokens; use an alpha of at most {limit:.2f}"
-    )
-
-
-def _searched(
-    finished: torch.Tensor, log_p: torch.Tensor, prune: bool
-) -> torch.Tensor:
-    """The beams ``(B, K)`` whose next token the decoder computes.
-
-    With ``prune``, only those that may still grow: not finished, and with a finite log P (at
-    the first step only beam 0 is, the others are its copies). A beam left out extends with
-    padding alone, which is all a finished beam does and cannot lift a log P of -inf. Without
-    ``prune``, every beam, as a reference.
-    """
-    if not prune:
-        return torch.ones_like(finished)
-    return ~finished & (log_p > -math.inf)
-
-
-def _beam_logits(
-    model: nn.Module,
-    memory: torch.Tensor,
-    src_mask: torch.Tensor,
-    ys: torch.Tensor,
-    cache: DecoderCache | None,
-    rows: torch.Tensor,
-    K: int,
-) -> torch.Tensor:
-    """The next token's logits ``(R, V)`` of the beams ``rows`` ``(R,)`` of ``ys`` ``(B·K, T)``.
-
-    ``memory`` ``(B, S, d_model)`` and ``src_mask`` ``(B, 1, 1, S)`` hold one row per sentence.
-    The cache holds the R rows (``DecoderCache.beams``); without one, each beam's memory and mask
-    are copied to its row and the decoder runs over the whole prefix.
-    """
-    prefix = ys.index_select(0, rows)  # (R, T)
-    if cache is None:
-        sentence = rows // K  # (R,)
-        memory = memory.index_select(0, sentence)  # (R, S, d_model)
-        src_mask = src_mask.index_select(0, sentence)  # (R, 1, 1, S)
-        return _next_logits(model, memory, src_mask, prefix)
-    cache.beams = (rows, K)
-    return _next_logits(model, memory, src_mask, prefix, cache)
-
-
-def _token_log_probs(
-    logits: torch.Tensor,
-    rows: torch.Tensor,
-    pad_only: torch.Tensor,
-    pad_id: int,
-) -> torch.Tensor:
-    """log P of every next token ``(B, K, V)`` from the logits ``(R, V)`` of the beams ``rows``.
-
-    Args:
-        logits: ``(R, V)``, row j for beam ``rows[j]`` (beam b of sentence i is i·K + b).
-        rows: ``(R,)``.
-        pad_only: ``(B, K)``, True for the beams whose one continuation is padding, at
-            log P 0 (every beam not in ``rows`` must be one).
-    """
-    B, K = pad_only.shape
-    V = logits.size(-1)
-    log_probs = F.log_softmax(logits, dim=-1)  # (R, V)
-    if log_probs.size(0) < B * K:  # rows for the beams not computed
-        full = log_probs.new_empty(B * K, V)
-        log_probs = full.index_copy_(0, rows, log_probs)  # (B·K, V)
-    log_probs = log_probs.view(B, K, V)
-    padding = torch.full((V,), -math.inf, device=logits.device)
-    padding[pad_id] = 0.0
-    log_probs[pad_only] = padding  # (B, K, V), only those rows
-    return log_probs
-
-
-def _cache_rows(
-    rows: torch.Tensor, parents: torch.Tensor, searched: torch.Tensor
-) -> torch.Tensor:
-    """The rows of the cache ``(R',)`` the next step's beams continue.
-
-    Args:
-        rows: ``(R,)``, the beams this step computed, as the cache holds them.
-        parents: ``(B·K,)``, the beam each new beam extends.
-        searched: ``(B, K)``, the new beams the next step computes (each extends a searched one).
-    """
-    # (B·K,): the cache row of each beam computed this step
-    position = torch.zeros_like(parents)
-    position[rows] = torch.arange(rows.size(0), device=rows.device)
-    return position[parents[searched.view(-1)]]  # (R',)
-
-
-class BeamSearchOutput(NamedTuple):
-    """The best hypothesis per sentence; unpack as ``tokens, scores, log_probs = beam_search(...)``.
-
-    Args:
-        tokens: ``(B, L)`` long ids, ``<bos>`` first, padded after ``<eos>``.
-        scores: ``(B,)`` log P(Y) / lp(Y), the number the search maximised.
-        log_probs: ``(B,)`` log P(Y), the sum of the chosen tokens' log-probabilities.
-    """
-
-    tokens: torch.Tensor
-    scores: torch.Tensor
-    log_probs: torch.Tensor
-
-
-def _best_beams(
-    ys: torch.Tensor, log_p: torch.Tensor, lengths: torch.Tensor, alpha
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The best-scoring beam of each sentence: tokens ``(B, T)``, score and log P ``(B,)``.
-
-    Args:
-        ys: ``(B·K, T)``, beam b of sentence i in row i·K + b.
-        log_p, lengths: ``(B, K)``, each beam's log P and generated tokens.
-        alpha: α of the length penalty.
-    """
-    B, K = log_p.shape
-    scores = log_p / gnmt_length_penalty(lengths, alpha)  # (B, K)
-    best_beam = scores.argmax(dim=-1)  # (B,)
-    arange = torch.arange(B, device=log_p.device)
-    pick = arange * K + best_beam  # (B,)
-    return ys[pick], scores[arange, best_beam], log_p[arange, best_beam]
-
-
 def beam_search(
     model: nn.Module,
     src: torch.Tensor,
@@ -739,127 +284,104 @@ def beam_search(
     Hypotheses are ranked by log P(Y) / lp(Y) with the GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α,
     |Y| counting the generated tokens (``<eos>`` included, ``<bos>`` not). Without it the search
     prefers short outputs, since every extra token lowers log P. A beam that produced ``<eos>``
-    stays in the beam with a fixed score and competes with the live ones; the search ends when
-    every beam of every sentence has finished or ``max_len`` is reached, and the best-scoring beam
-    of each sentence is returned. A sentence whose beams have all finished leaves the batch
-    (``prune``) with its best beam.
-
-    All sentences are searched together: the beams are flattened to ``B · K`` rows, and each step
-    runs the decoder over the rows that can still grow (``prune``: not the finished beams, and at
-    the first step only beam 0 of each sentence, since the others are its copies). The source's
-    memory, mask and cross-attention keys and values are kept once per sentence
-    (``DecoderCache.beams``); the rows of the self-attention keys and values follow the
-    surviving beams (``DecoderCache.reorder``). With ``beam_size=1`` this is greedy decoding.
+    stays in the beam with a fixed score (its only continuation is padding, at log P 0) and
+    competes with the live ones; the search ends when every beam of every sentence has finished or
+    ``max_len`` is reached, and the best-scoring beam of each sentence is returned. All sentences
+    are searched together: their beams are the B·K rows of one batch, beam b of sentence i in row
+    i·K + b. With ``beam_size=1`` this is greedy decoding.
 
     Args:
         model, src, src_mask, max_len, bos_id, eos_id: as in ``greedy_decode``; a sentence that
             reaches its own ``max_len`` keeps its beams as they are.
         beam_size: K, hypotheses kept per sentence.
         length_penalty: α of the length penalty; 0 ranks by log P alone.
-        use_cache, prune, onednn: as in ``greedy_decode``.
+        use_cache: keep keys and values between steps (``False``: rerun the whole prefix).
+        prune: ``aiayn.pruned_beam``, the same search without the rows that have finished
+            (``False``: this reference, every row until the end).
+        onednn: as in ``greedy_decode``.
 
     Returns:
         A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
     """
-    is_int = isinstance(beam_size, int) and not isinstance(beam_size, bool)
-    if not is_int or beam_size < 1:
-        raise ValueError(
-            f"beam_size must be a positive integer, got {beam_size!r}"
-        )
-    alpha = length_penalty  # α in lp(Y) = ((5 + |Y|) / 6)^α
-    is_number = isinstance(alpha, (int, float))
-    if not (is_number and alpha >= 0 and math.isfinite(alpha)):
-        raise ValueError(
-            "length_penalty (alpha) must be a non-negative number, "
-            f"got {length_penalty!r}"
+    K, alpha = check_beam(beam_size, length_penalty)
+    if (
+        prune
+    ):  # the engine twin: finished beams and sentences leave the batch
+        return pruned_beam_search(
+            model,
+            src,
+            src_mask,
+            max_len,
+            bos_id,
+            eos_id,
+            K,
+            alpha,
+            use_cache,
+            onednn,
         )
     pad_id, max_len, limits = _check_common(
         model, src, max_len, bos_id, eos_id
     )
-    B, K = src.size(0), beam_size
-    device = src.device
-
+    B, device = src.size(0), src.device
     with _eval_mode(model, onednn):
-        # one memory and mask per sentence: its beams share them
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
-        ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
-        cache = model.new_cache() if use_cache else None
-
-        # Per beam, (B, K): log P, generated tokens, finished or not. Every
-        # beam starts as the same "<bos>"; only the first may expand, or the
-        # K beams would be copies.
+        # every sentence's K beams: B·K rows, beam b of sentence i in row i·K + b
+        memory, src_mask, ys = (
+            x.repeat_interleave(K, dim=0) for x in (memory, src_mask, ys)
+        )
+        cache = new_cache(model) if use_cache else None
+        # per beam, (B, K): log P, generated tokens, finished or not; all start as
+        # the same "<bos>", so only beam 0 may expand, or the K beams would be copies
         log_p = torch.full((B, K), -math.inf, device=device)
         log_p[:, 0] = 0.0
         lengths = torch.zeros(B, K, dtype=torch.long, device=device)
         finished = torch.zeros(B, K, dtype=torch.bool, device=device)
         if limits is not None:
             finished |= (limits <= 1)[:, None]
-        live = torch.arange(B, device=device)  # (B,), the sentences searched
-        out = _Finished()
-        # (B, K): the beams the next step runs the decoder for
-        searched = _searched(finished, log_p, prune)
-
         for _ in range(max_len - 1):
-            B = live.size(0)  # the sentences still in the batch
-            # (R,): beam b of sentence i is row i·K + b of ys
-            rows = searched.view(-1).nonzero().squeeze(1)
-            logits = _beam_logits(
-                model, memory, src_mask, ys, cache, rows, K
-            )
-            # (B, K, V); padding is the only continuation of a beam not searched
-            token_log_p = _token_log_probs(
-                logits, rows, ~searched | finished, pad_id
-            )
+            logits = _next_logits(
+                model, memory, src_mask, ys, cache
+            )  # (B·K, V)
+            token_log_p = F.log_softmax(logits, dim=-1).view(
+                B, K, -1
+            )  # (B, K, V)
             V = token_log_p.size(-1)
-
+            token_log_p[finished] = _padding_only(
+                V, pad_id, device
+            )  # a finished beam waits
             cand_len = lengths + (~finished).long()  # (B, K)
             lp = gnmt_length_penalty(cand_len, alpha)  # (B, K)
-            # (B, K, V): each candidate's log P, divided (in place) by its penalty
-            cand_score = (log_p[..., None] + token_log_p).div_(lp[..., None])
-            # the K best of each sentence's K·V candidates, as indices
+            cand_score = (log_p[..., None] + token_log_p) / lp[
+                ..., None
+            ]  # (B, K, V)
+            # the K best of each sentence's K·V candidates: which beam, which token
             _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
-            # which beam each extends, with which token
             beam, token = best // V, best % V  # (B, K) each
-
-            # (B, K): log P of the kept candidates, the same sum as in cand_score
-            chosen = token_log_p.view(B, K * V).gather(1, best)  # (B, K)
-            log_p = log_p.gather(1, beam) + chosen
+            log_p = log_p.gather(1, beam) + token_log_p.view(
+                B, K * V
+            ).gather(1, best)
             lengths = cand_len.gather(1, beam)  # (B, K)
-            was_finished = finished.gather(1, beam)  # (B, K)
-            finished = was_finished | (token == eos_id)  # (B, K)
-            # the rows of ys to keep: beam b of sentence i is row i·K + b
-            offset = torch.arange(B, device=device)[:, None] * K  # (B, 1)
-            parents = (beam + offset).view(-1)  # (B·K,)
-            # (B·K, T + 1): each kept prefix and its new token
-            ys = torch.cat([ys[parents], token.view(-1, 1)], dim=1)
+            finished = finished.gather(1, beam) | (token == eos_id)  # (B, K)
+            parents = (
+                beam + torch.arange(B, device=device)[:, None] * K
+            ).view(-1)  # (B·K,)
+            ys = torch.cat(
+                [ys[parents], token.view(-1, 1)], dim=1
+            )  # (B·K, T + 1)
+            if cache is not None:  # the keys and values follow their beams
+                cache.reorder(parents)
             if limits is not None:  # a sentence at its own limit stops
                 finished |= (limits <= ys.size(1))[:, None]
             if finished.all():
                 break
-            searched = _searched(finished, log_p, prune)
-            if cache is not None:  # the keys and values follow their beams
-                cache.reorder(_cache_rows(rows, parents, searched))
-            ended = finished.all(dim=1)  # (B,), all its beams have finished
-            if prune and ended.any():  # those sentences leave the batch
-                picked = _best_beams(ys, log_p, lengths, alpha)
-                out.add(live[ended], *(x[ended] for x in picked))
-                keep = (~ended).nonzero().squeeze(1)  # (B',)
-                per_beam = log_p, lengths, finished, searched
-                log_p, lengths, finished, searched = _keep_rows(
-                    keep, None, *per_beam
-                )
-                # their beams have left the self-attention cache already
-                memory, src_mask, limits, live = _keep_rows(
-                    keep, None, memory, src_mask, limits, live
-                )
-                if cache is not None:
-                    cache.keep_sources(keep)
-                beams = torch.arange(K, device=device)  # (K,)
-                rows = (keep[:, None] * K + beams).view(-1)  # (B'·K,)
-                (ys,) = _keep_rows(rows, None, ys)
+        return BeamSearchOutput(*_best_beams(ys, log_p, lengths, alpha))
 
-        out.add(live, *_best_beams(ys, log_p, lengths, alpha))
-        return BeamSearchOutput(*out.in_order(pad_id))
+
+def _padding_only(V: int, pad_id: int, device: torch.device) -> torch.Tensor:
+    """log P of the next token ``(V,)`` for a finished beam: padding, at log P 0 (probability 1)."""
+    padding = torch.full((V,), -math.inf, device=device)
+    padding[pad_id] = 0.0
+    return padding
 
 
 # --- Many sentences, batched by length ------------------------------------------------------------

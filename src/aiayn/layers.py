@@ -15,7 +15,7 @@ comparing with ``nn.Transformer``: it adds a final norm to both stacks even when
 
 The fast path. ``set_fast(model)`` switches every part to its faster twin, proven equal by the
 tests: ``F.layer_norm`` for the LayerNorm formula, the fused attention kernel, packed q/k/v
-products, and masks prepared once per stack. The parameters (and so the ``state_dict``) stay
+products (``fast_attention``), and masks prepared once per stack. The parameters (and so the ``state_dict``) stay
 the same. Off by default: the chapters explain the explicit code.
 """
 
@@ -27,13 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import (
-    KVCache,
-    MultiHeadAttention,
-    PreparedMask,
-    prepare_mask,
-)
+from .attention import MultiHeadAttention, PreparedMask, prepare_mask
 from .checks import check_positive
+from .fast_attention import FastMultiHeadAttention
 
 Mask = torch.Tensor | PreparedMask
 
@@ -45,7 +41,6 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "Decoder",
-    "DecoderCache",
     "set_fast",
 ]
 
@@ -224,7 +219,6 @@ class DecoderLayer(nn.Module):
         memory: torch.Tensor,
         src_mask: Mask | None = None,
         tgt_mask: Mask | None = None,
-        cache: tuple[KVCache, KVCache] | None = None,
     ) -> torch.Tensor:
         """Run one decoder layer.
 
@@ -232,20 +226,17 @@ class DecoderLayer(nn.Module):
             x: ``(B, T, d_model)`` decoder states.
             memory: ``(B, S, d_model)`` encoder output.
             src_mask: boolean ``(B, 1, 1, S)``, which source positions are real tokens.
-            tgt_mask: boolean ``(B, 1, T, T)``, padding and look-ahead combined; with a cache
-                holding P earlier positions, ``(B, 1, T, P + T)``.
-            cache: the self-attention and cross-attention caches, when decoding step by step.
+            tgt_mask: boolean ``(B, 1, T, T)``, padding and look-ahead combined.
 
         Returns:
             ``(B, T, d_model)``.
         """
-        self_cache, cross_cache = (None, None) if cache is None else cache
 
         def attend_self(y: torch.Tensor) -> torch.Tensor:
-            return self.self_attn(y, y, y, tgt_mask, self_cache)
+            return self.self_attn(y, y, y, tgt_mask)
 
         def attend_source(y: torch.Tensor) -> torch.Tensor:
-            return self.cross_attn(y, memory, memory, src_mask, cross_cache)
+            return self.cross_attn(y, memory, memory, src_mask)
 
         x = self.sublayers[0](x, attend_self)
         x = self.sublayers[1](x, attend_source)
@@ -334,81 +325,13 @@ class Decoder(_Stack):
         memory: torch.Tensor,
         src_mask: Mask | None = None,
         tgt_mask: Mask | None = None,
-        cache: DecoderCache | None = None,
     ) -> torch.Tensor:
-        """Args as in ``DecoderLayer.forward``; ``cache`` holds every layer's. Returns ``(B, T, d_model)``."""
+        """Args as in ``DecoderLayer.forward``. Returns ``(B, T, d_model)``."""
         src_mask = self._prepared(src_mask)
         tgt_mask = self._prepared(tgt_mask)
-        for i, layer in enumerate(self.layers):
-            layer_cache = None if cache is None else cache.layers[i]
-            x = layer(x, memory, src_mask, tgt_mask, layer_cache)
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
-
-    def new_cache(self) -> DecoderCache:
-        """An empty cache for decoding step by step with this stack."""
-        return DecoderCache(len(self.layers))
-
-
-class DecoderCache:
-    """What the decoder keeps between decoding steps: every layer's keys and values.
-
-    Per layer, a self-attention ``KVCache`` that grows by the new positions at each step and a
-    cross-attention one filled at the first step. ``real`` records which positions so far are
-    tokens rather than padding (a finished sentence grows padding), for the self-attention mask.
-
-    Args:
-        n_layers: N, the number of decoder layers.
-    """
-
-    def __init__(self, n_layers: int):
-        check_positive(n_layers=n_layers)
-        self.layers = [
-            (KVCache(), KVCache(static=True)) for _ in range(n_layers)
-        ]
-        self.real: torch.Tensor | None = None  # (B, P), True = a token
-
-    def __len__(self) -> int:
-        """P, the number of positions decoded so far."""
-        return 0 if self.real is None else self.real.size(1)
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep the rows ``index`` of the batch, in that order: the beams that survive a step.
-
-        Cross-attention does not move, so only rows of the same sentence may be exchanged (see
-        ``KVCache.reorder``), unless it is kept per sentence (``beams``).
-        """
-        for self_cache, cross_cache in self.layers:
-            self_cache.reorder(index)
-            cross_cache.reorder(index)
-        if self.real is not None:
-            self.real = self.real.index_select(0, index)  # (B', P)
-
-    def keep_rows(self, index: torch.Tensor) -> None:
-        """Keep the rows ``index`` of the batch, cross-attention included.
-
-        Decoding calls this to drop the sentences that have finished.
-        """
-        self.reorder(index)  # self-attention and ``real``
-        self.keep_sources(index)
-
-    @property
-    def beams(self) -> tuple[torch.Tensor, int] | None:
-        """Beam search: ``(rows, K)``, row j of the batch is beam ``rows[j] % K`` of source ``rows[j] // K``.
-
-        The cross-attention keys and values are then kept once per source sentence, and the
-        batch holds only the beams still searched (``KVCache.beams``); ``None``: one row per source.
-        """
-        return self.layers[0][1].beams
-
-    @beams.setter
-    def beams(self, value: tuple[torch.Tensor, int] | None) -> None:
-        for _, cross_cache in self.layers:
-            cross_cache.beams = value
-
-    def keep_sources(self, index: torch.Tensor) -> None:
-        """Keep the rows ``index`` of the cross-attention caches only: the sources still decoded."""
-        for _, cross_cache in self.layers:
-            cross_cache.keep_rows(index)
 
 
 class set_fast:  # lower case like torch.set_grad_enabled and aiayn.attention.set_fused
@@ -427,20 +350,27 @@ class set_fast:  # lower case like torch.set_grad_enabled and aiayn.attention.se
     """
 
     def __init__(self, model: nn.Module, enabled: bool = True):
+        enabled = bool(enabled)
+        attention = FastMultiHeadAttention if enabled else MultiHeadAttention
         switches = {
-            MultiHeadAttention: ("use_fused", "packed"),
-            LayerNorm: ("fused",),
-            _Stack: ("prepare_masks",),
+            # the fast twin's class, the same module and parameters
+            MultiHeadAttention: {
+                "use_fused": enabled,
+                "__class__": attention,
+            },
+            LayerNorm: {"fused": enabled},
+            _Stack: {"prepare_masks": enabled},
         }
         self.previous = [
             (m, name, getattr(m, name))
             for m in model.modules()
-            for kind, names in switches.items()
+            for kind, values in switches.items()
             if isinstance(m, kind)
-            for name in names
+            for name in values
         ]
         for m, name, _ in self.previous:
-            setattr(m, name, bool(enabled))
+            kind = next(k for k in switches if isinstance(m, k))
+            setattr(m, name, switches[kind][name])
 
     def __enter__(self) -> set_fast:
         return self

@@ -23,8 +23,8 @@ from .embeddings import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
 )
-from .layers import Decoder, DecoderCache, Encoder, set_fast
-from .masks import decoder_mask, padding_mask, subsequent_mask
+from .layers import Decoder, Encoder, set_fast
+from .masks import decoder_mask, padding_mask
 
 __all__ = [
     "TransformerConfig",
@@ -34,7 +34,6 @@ __all__ = [
     "Transformer",
     "count_parameters",
     "set_fast",
-    "DecoderCache",
 ]
 
 # Table 3 of the paper as overrides of the base model. Every architectural row can be built:
@@ -292,7 +291,6 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor | None,
         tgt: torch.Tensor,
         tgt_mask: torch.Tensor | None = None,
-        cache: DecoderCache | None = None,
     ) -> torch.Tensor:
         """Run the decoder over the (shifted-right) target, attending to the encoder output.
 
@@ -301,14 +299,28 @@ class Transformer(nn.Module):
             src_mask: boolean ``(B, 1, 1, S)``; ``None`` lets every source position be attended.
             tgt: ``(B, T)`` decoder input ids.
             tgt_mask: boolean ``(B, 1, T, T)``; ``None`` builds ``decoder_mask(tgt, config.pad_id)``.
-            cache: for decoding step by step (``new_cache()``): ``tgt`` then holds only the new
-                positions, which follow the P already in the cache, and ``tgt_mask`` (built from
-                the cache when ``None``) is ``(B, 1, T, P + T)``. The cache is updated. With
-                ``cache.beams`` (beam search), ``memory`` and ``src_mask`` hold one row per
-                source sentence and ``tgt`` one per beam still searched.
 
         Returns:
             ``(B, T, d_model)``.
+        """
+        self._check_decoder_inputs(memory, src_mask, tgt)
+        if tgt_mask is None:
+            tgt_mask = decoder_mask(tgt, self.config.pad_id)
+        B, T = tgt.shape
+        self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
+        x = self.tgt_embed(tgt)  # (B, T, d_model)
+        return self.decoder(x, memory, src_mask, tgt_mask)  # (B, T, d_model)
+
+    def _check_decoder_inputs(
+        self,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        tgt: torch.Tensor,
+        rows_per_source: bool = False,
+    ) -> None:
+        """Raise unless ``memory`` is ``(B, S, d_model)`` floats, ``tgt`` ids and ``src_mask`` fits.
+
+        ``rows_per_source``: ``memory`` holds one row per source, ``tgt`` one per beam (beam search).
         """
         is_tensor = isinstance(memory, torch.Tensor)
         if not is_tensor or not memory.dtype.is_floating_point:
@@ -323,70 +335,14 @@ class Transformer(nn.Module):
                 f"got {tuple(memory.shape)}"
             )
         self._check_tokens(tgt, "tgt")
-        # beam search's cache may hold one row per live beam of the sources (cache.beams)
-        by_beam = isinstance(cache, DecoderCache) and cache.beams is not None
-        if memory.size(0) != tgt.size(0) and not by_beam:
+        if memory.size(0) != tgt.size(0) and not rows_per_source:
             raise ValueError(
                 f"memory has batch size {memory.size(0)} "
                 f"but tgt has batch size {tgt.size(0)}"
             )
-        B, T = tgt.shape
         if src_mask is not None:
-            S = memory.size(1)
-            self._check_mask(src_mask, "src_mask", (memory.size(0), 1, T, S))
-        if cache is not None:
-            return self._decode_cached(
-                memory, src_mask, tgt, tgt_mask, cache
-            )
-        if tgt_mask is None:
-            tgt_mask = decoder_mask(tgt, self.config.pad_id)
-        self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
-        x = self.tgt_embed(tgt)  # (B, T, d_model)
-        return self.decoder(x, memory, src_mask, tgt_mask)  # (B, T, d_model)
-
-    def new_cache(self) -> DecoderCache:
-        """An empty ``DecoderCache`` for ``decode(..., cache=...)``, one step at a time."""
-        return self.decoder.new_cache()
-
-    def _decode_cached(
-        self,
-        memory: torch.Tensor,
-        src_mask: torch.Tensor | None,
-        tgt: torch.Tensor,
-        tgt_mask: torch.Tensor | None,
-        cache: DecoderCache,
-    ) -> torch.Tensor:
-        """``decode`` of the positions ``P .. P + T - 1`` that follow the cache's P."""
-        if not isinstance(cache, DecoderCache):
-            raise TypeError(
-                f"cache: expected a DecoderCache from new_cache(), got {type(cache).__name__}"
-            )
-        B, T = tgt.shape
-        P = len(cache)
-        if cache.real is not None and cache.real.size(0) != B:
-            raise ValueError(
-                f"cache holds {cache.real.size(0)} sequences but tgt has batch size {B}"
-            )
-        seen = tgt != self.config.pad_id  # (B, T), True = a token
-        if cache.real is not None:
-            seen = torch.cat([cache.real, seen], 1)  # (B, P + T)
-        if tgt_mask is None:
-            tgt_mask = seen[:, None, None, :]  # (B, 1, 1, P + T), padding
-            if T > 1:  # and look-ahead among the new positions
-                causal = subsequent_mask(P + T, device=tgt.device)[P:]
-                tgt_mask = tgt_mask & causal  # (B, 1, T, P + T)
-        self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, P + T))
-        cache.real = seen  # (B, P + T)
-        # the embeddings, then the positions P .. P + T - 1
-        positional = (PositionalEncoding, LearnedPositionalEmbedding)
-        x = tgt
-        for module in self.tgt_embed:
-            if isinstance(module, positional):
-                x = module(x, start=P)
-            else:
-                x = module(x)
-        # (B, T, d_model)
-        return self.decoder(x, memory, src_mask, tgt_mask, cache)
+            shape = (memory.size(0), 1, tgt.size(1), memory.size(1))
+            self._check_mask(src_mask, "src_mask", shape)
 
     def forward(
         self,
