@@ -74,18 +74,16 @@ class TorchTransformer(nn.Module):
     def __init__(self, model: Transformer):
         super().__init__()
         self.config = model.config
-        ours = copy.deepcopy(
-            model
-        )  # deepcopy keeps shared (tied) parameters shared
+        # deepcopy keeps shared (tied) parameters shared
+        ours = copy.deepcopy(model)
         self.src_embed, self.tgt_embed, self.generator = (
             ours.src_embed,
             ours.tgt_embed,
             ours.generator,
         )
         self.transformer = to_torch_transformer(model).train()
-        for m in (
-            self.transformer.modules()
-        ):  # to_torch_transformer builds with dropout 0
+        # to_torch_transformer builds with dropout 0
+        for m in self.transformer.modules():
             if isinstance(m, nn.Dropout):
                 m.p = self.config.dropout
             elif isinstance(m, nn.MultiheadAttention):
@@ -100,9 +98,9 @@ class TorchTransformer(nn.Module):
     ) -> torch.Tensor:
         """``(B, S)`` source and ``(B, T)`` decoder input ids to ``(B, T, V)`` logits."""
         masks = torch_masks(src, tgt, self.config.pad_id)
-        out = self.transformer(
-            self.src_embed(src), self.tgt_embed(tgt), **masks
-        )  # (B, T, d_model)
+        src_x = self.src_embed(src)  # (B, S, d_model)
+        tgt_x = self.tgt_embed(tgt)  # (B, T, d_model)
+        out = self.transformer(src_x, tgt_x, **masks)  # (B, T, d_model)
         return self.generator(out)  # (B, T, V)
 
 

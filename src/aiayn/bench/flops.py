@@ -82,19 +82,15 @@ def training_flops(
     d, h, N, V = config.d_model, config.h, config.N, config.tgt_vocab_size
     d_k = config.d_k or d // h
     d_v = config.d_v or d // h
-    qk, vo = (
-        d * h * d_k,
-        d * h * d_v,
-    )  # multiply-adds per token of one q or k projection, one v or o projection
+    # multiply-adds per token of one q or k projection, one v or o projection
+    qk, vo = d * h * d_k, d * h * d_v
     ffn = 2 * d * config.d_ff
     src, tgt = sum(src_lengths), sum(tgt_lengths)
     macs = N * src * (2 * qk + 2 * vo + ffn)  # encoder layers
-    macs += (
-        N * tgt * (2 * qk + 2 * vo + qk + vo + ffn)
-    )  # decoder: self-attention, cross q and o, FFN
-    macs += (
-        N * src * (qk + vo)
-    )  # decoder: cross-attention k and v, on the encoder output
+    # decoder: self-attention, cross q and o, FFN
+    macs += N * tgt * (2 * qk + 2 * vo + qk + vo + ffn)
+    # decoder: cross-attention k and v, on the encoder output
+    macs += N * src * (qk + vo)
     macs += tgt * d * V  # generator
     pairs = sum(
         s * s + t * t + t * s

@@ -44,6 +44,5 @@ def peak_memory_mib(
         import resource
     except ImportError:  # not on Windows
         return None
-    return (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-    )  # KiB on Linux
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return kib / 2**10

@@ -78,9 +78,8 @@ def count_step_ops(
     device = batch.tgt_out.device
     scaler = make_grad_scaler(amp_dtype, device)  # float16 only
     counts: dict[str, Any] = {}
-    for _ in range(
-        2
-    ):  # the first step creates Adam's state: count the second
+    # the first step creates Adam's state: count the second
+    for _ in range(2):
         with CountOps() as forward:
             with torch.autocast(
                 device.type,

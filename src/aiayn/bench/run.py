@@ -230,12 +230,12 @@ def run_bench(
     rounds = (5 if cuda else 9) if rounds is None else rounds
     check_int("rounds", rounds, minimum=1)
     check_int("warmup", size["warmup"], minimum=0)
-    check_int(
-        "vocab_size", size["vocab_size"], minimum=5
-    )  # ids 0-3 are special, sentences draw 4..V-1
+    # ids 0-3 are special, sentences draw 4..V-1
+    check_int("vocab_size", size["vocab_size"], minimum=5)
+    # one pair of seq_len + <eos>
     check_int(
         "max_tokens", size["max_tokens"], minimum=2 * (size["seq_len"] + 1)
-    )  # one pair of seq_len + <eos>
+    )
     if peak is not None and not (
         isinstance(peak, (int, float)) and peak > 0
     ):
@@ -283,9 +283,8 @@ def run_bench(
         share_embeddings=True, tie_output=True, pad_id=PAD, max_len=max(256, *(b.src.size(1) for b in batches)),
     )  # fmt: skip
     torch.manual_seed(seed)
-    base = Transformer(
-        config
-    )  # on the CPU; each contender gets its own copy on the device
+    # on the CPU; each contender gets its own copy on the device
+    base = Transformer(config)
     lengths = (
         [(b.src != PAD).sum(1).tolist() for b in batches],
         [(b.tgt_out != PAD).sum(1).tolist() for b in batches],
@@ -296,14 +295,9 @@ def run_bench(
     tokens = sum(b.n_tokens for b in batches)
     n_shapes = len({batch_shape(b) for b in batches})
 
-    trainers, warm, counts, resident, peak_mib, notes = (
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-    )
+    # per contender, in the order of contenders
+    trainers, warm, counts, notes = [], [], [], []
+    resident, peak_mib = [], []  # bytes it holds, MiB at its peak
     for name in contenders:  # set up and warm up each contender in turn
         base_bytes = start_memory(device)
         model = make_contender(name, base, compile_backend).to(device)
@@ -330,9 +324,8 @@ def run_bench(
 
     def run_pass(c: int, r: int) -> float:
         """Contender c's pass of round r; in round 0 on CUDA, its peak memory too."""
-        torch.manual_seed(
-            seed + 1 + r
-        )  # pass r: the same dropout draws for all
+        # pass r: the same dropout draws for every contender
+        torch.manual_seed(seed + 1 + r)
         before = start_memory(device) if r == 0 else 0
         compiled = notes[c] is not None
         with collect_compile_warnings(compiled) as warned:

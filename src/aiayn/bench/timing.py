@@ -60,11 +60,8 @@ def synchronize(device: torch.device) -> None:
 
 def batch_shape(batch: Batch) -> tuple[int, int, int]:
     """``(B, S, T)``: the shape that kernels are chosen and plans built for."""
-    return (
-        batch.src.size(0),
-        batch.src.size(1),
-        batch.tgt_in.size(1),
-    )  # (B, S, T)
+    B, S = batch.src.shape
+    return B, S, batch.tgt_in.size(1)  # (B, S, T)
 
 
 def warm_up(
