@@ -17,6 +17,7 @@ import torch
 import yaml
 from torch import nn
 
+from aiayn import book_results
 from aiayn import published as P
 from aiayn import release as R
 
@@ -329,7 +330,7 @@ def test_the_books_results_are_what_write_results_makes_of_the_run(
     """The package's results hold exactly what ``python -m aiayn.published results`` writes from the run."""
     book = P.results_dir()
     record = json.loads((book / "multi30k.json").read_text())
-    files = P.write_results(
+    files = book_results.write_results(
         shared, tmp_path, commit=record["commit"], date=record["measured_at"],
         commands=record["commands"], bench=record["bench"],
     )  # fmt: skip
@@ -338,6 +339,6 @@ def test_the_books_results_are_what_write_results_makes_of_the_run(
             path.name
         )
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
-        P.write_results(
+        book_results.write_results(
             tmp_path, tmp_path / "out", commit="x", date="y", commands=[]
         )
