@@ -22,7 +22,7 @@ import os
 import time
 import unicodedata
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -441,33 +441,17 @@ def translate(
             ``"translated 300 sentences in 9.81 s, 30.6 sentences/s (beam 4, α 0.6, float32)"``.
     """
     start = time.perf_counter()
-    check_int("beam", beam, minimum=1)
-    check_int("batch_size", batch_size, minimum=1)
-    _check_limits(max_len_a, max_len_b)
-    device = next(model.parameters()).device
-    _check_decoding_options(quantize, amp_dtype, device)
-    V = model.config.tgt_vocab_size
-    if tokenizer.vocab_size != V or not EOS < V:
-        raise ValueError(
-            f"the tokenizer has {tokenizer.vocab_size} ids (<eos> = {EOS}) "
-            f"but the model's vocabulary has {V}: use the tokenizer the "
-            "model was trained with"
-        )
+    options = beam, batch_size, max_len_a, max_len_b, quantize, amp_dtype
+    _check_translate_options(model, tokenizer, *options)
     ids = source_ids(tokenizer, sentences, model.config.max_len, cut_long)
+    # the sentences to decode; a blank one (None) translates to ""
     todo = [i for i, s in enumerate(ids) if s is not None]
     if not todo:
         return ["" for _ in ids]
     fast = model.config.fused_attention if fast is None else fast
-    if quantize == "int8":
-        model = int8_copy(model)
-    switch = set_fast(model) if fast else contextlib.nullcontext()
-    dtype = amp_dtype or torch.bfloat16
-    autocast = torch.autocast(
-        device.type, dtype=dtype, enabled=amp_dtype is not None
-    )
-    with switch, autocast:
+    with _decoding_engine(model, fast, quantize, amp_dtype) as engine:
         outputs = decode_sorted(
-            model, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
+            engine, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
             batch_size, max_len_a, max_len_b, use_cache=True, prune=prune,
             onednn=onednn,
         )  # fmt: skip
@@ -484,6 +468,53 @@ def translate(
             f"{len(lines) / seconds:.1f} sentences/s ({setting})"
         )
     return lines
+
+
+def _check_translate_options(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    beam: int,
+    batch_size: int,
+    max_len_a: float,
+    max_len_b: int,
+    quantize: str | None,
+    amp_dtype: torch.dtype | None,
+) -> None:
+    """``translate``'s checks: a ``ValueError`` that names what was expected."""
+    check_int("beam", beam, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
+    _check_limits(max_len_a, max_len_b)
+    _check_decoding_options(
+        quantize, amp_dtype, next(model.parameters()).device
+    )
+    V = model.config.tgt_vocab_size
+    if tokenizer.vocab_size != V or not EOS < V:
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} ids (<eos> = {EOS}) "
+            f"but the model's vocabulary has {V}: use the tokenizer the "
+            "model was trained with"
+        )
+
+
+@contextlib.contextmanager
+def _decoding_engine(
+    model: Transformer,
+    fast: bool,
+    quantize: str | None,
+    amp_dtype: torch.dtype | None,
+) -> Iterator[Transformer]:
+    """The model to decode with, inside its engine's settings: ``set_fast``, an int8 copy, autocast."""
+    device = next(model.parameters()).device
+    if quantize == "int8":
+        model = int8_copy(model)  # the model passed in is not changed
+    switch = set_fast(model) if fast else contextlib.nullcontext()
+    autocast = torch.autocast(
+        device.type,
+        dtype=amp_dtype or torch.bfloat16,
+        enabled=amp_dtype is not None,
+    )
+    with switch, autocast:
+        yield model
 
 
 def _check_limits(max_len_a: float, max_len_b: int) -> None:
