@@ -1,4 +1,5 @@
-"""aiayn.data: checked Multi30k files, offline and download paths, the sentencepiece tokenizer, token-budget batches."""
+"""aiayn.data and aiayn.tokenizer: checked Multi30k files, offline and download paths, the sentencepiece tokenizer,
+token-budget batches."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 from aiayn import data as D
 from aiayn import download
 from aiayn import published as P
+from aiayn import tokenizer as T
 from aiayn.masks import shift_right
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +61,7 @@ def tok_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tok(train_pairs, tok_dir):
-    return D.train_tokenizer(train_pairs, cache_dir=tok_dir)
+    return T.train_tokenizer(train_pairs, cache_dir=tok_dir)
 
 
 @pytest.fixture(scope="session")
@@ -314,20 +316,22 @@ def test_downloaded_files_get_the_mode_open_gives(root, tmp_path):
 
 
 def test_special_ids(tok):
-    assert (D.PAD, D.BOS, D.EOS, D.UNK) == (0, 1, 2, 3)
+    assert (T.PAD, T.BOS, T.EOS, T.UNK) == (0, 1, 2, 3)
+    assert (D.PAD, D.BOS, D.EOS, D.UNK, D.Tokenizer, D.train_tokenizer) == (
+        T.PAD, T.BOS, T.EOS, T.UNK, T.Tokenizer, T.train_tokenizer)  # the pipeline's step 2, in data too
     assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
     assert [tok.id_to_piece(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
-    assert tok.vocab_size == len(tok) == D.DEFAULT_VOCAB_SIZE == 8000
+    assert tok.vocab_size == len(tok) == T.DEFAULT_VOCAB_SIZE == 8000
 
 
 def test_encode_decode(tok):
     ids = tok.encode("Ein Hund läuft.", add_bos=True, add_eos=True)
-    assert ids[0] == D.BOS and ids[-1] == D.EOS and D.UNK not in ids
-    assert tok.decode([D.PAD, *ids, D.PAD]) == "Ein Hund läuft."
+    assert ids[0] == T.BOS and ids[-1] == T.EOS and T.UNK not in ids
+    assert tok.decode([T.PAD, *ids, T.PAD]) == "Ein Hund läuft."
     assert tok.decode(torch.tensor(ids)) == "Ein Hund läuft."
     assert tok.pieces("Ein Hund läuft.") == ["▁Ein", "▁Hund", "▁läuft", "."]
     assert tok.encode_batch(["Ein Hund.", "A dog."]) == [tok.encode("Ein Hund."), tok.encode("A dog.")]
-    assert tok.decode_batch(torch.tensor([tok.encode("A dog.") + [D.EOS, D.PAD]])) == ["A dog."]
+    assert tok.decode_batch(torch.tensor([tok.encode("A dog.") + [T.EOS, T.PAD]])) == ["A dog."]
 
 
 @pytest.mark.parametrize("lang", ["de", "en"])
@@ -336,7 +340,7 @@ def test_round_trip_test2016(root, tok, lang):
     sentences = [s if lang == "de" else t for s, t in pairs]
     decoded = [tok.decode(ids) for ids in tok.encode_batch(sentences)]
     assert decoded == sentences
-    assert not any(D.UNK in ids for ids in tok.encode_batch(sentences))
+    assert not any(T.UNK in ids for ids in tok.encode_batch(sentences))
 
 
 def test_round_trip_odd_whitespace(tok):
@@ -350,10 +354,10 @@ def test_tokenizer_cache_hit(train_pairs, tok, tok_dir, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("the cached model should have been loaded")
 
-    spm = D._spm()
+    spm = T._spm()
     monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
     start = time.perf_counter()
-    again = D.train_tokenizer(train_pairs, cache_dir=tok_dir)
+    again = T.train_tokenizer(train_pairs, cache_dir=tok_dir)
     assert time.perf_counter() - start < 1.0
     assert again.model_file == tok.model_file and tok.model_file.stat().st_mtime_ns == mtime
     sums = tok.model_file.with_name(tok.model_file.name + ".sha256")
@@ -363,11 +367,11 @@ def test_tokenizer_cache_hit(train_pairs, tok, tok_dir, monkeypatch):
 
 
 def test_tokenizer_deterministic_and_keyed(train_pairs, tok, tmp_path):
-    again = D.train_tokenizer(train_pairs, cache_dir=tmp_path)
+    again = T.train_tokenizer(train_pairs, cache_dir=tmp_path)
     assert again.model_file.name == tok.model_file.name
     assert again.model_file.read_bytes() == tok.model_file.read_bytes()
-    small = D.train_tokenizer(train_pairs[:2000], vocab_size=1000, cache_dir=tmp_path)
-    unigram = D.train_tokenizer(train_pairs[:2000], vocab_size=1000, cache_dir=tmp_path, model_type="unigram")
+    small = T.train_tokenizer(train_pairs[:2000], vocab_size=1000, cache_dir=tmp_path)
+    unigram = T.train_tokenizer(train_pairs[:2000], vocab_size=1000, cache_dir=tmp_path, model_type="unigram")
     assert small.vocab_size == unigram.vocab_size == 1000
     assert len({again.model_file, small.model_file, unigram.model_file}) == 3
 
@@ -378,9 +382,9 @@ def test_tokenizer_bad_inputs(tok, train_pairs, tmp_path):
     with pytest.raises(ValueError, match=r"ids must be in \[0, 8000\), got \[8000\]"):
         tok.decode([5, 8000])
     with pytest.raises(ValueError, match="model_type must be 'bpe' or 'unigram', got 'wordpiece'"):
-        D.train_tokenizer(train_pairs, cache_dir=tmp_path, model_type="wordpiece")
+        T.train_tokenizer(train_pairs, cache_dir=tmp_path, model_type="wordpiece")
     with pytest.raises(ValueError, match="vocab_size must be an integer >= 8, got 0"):
-        D.train_tokenizer(train_pairs, vocab_size=0, cache_dir=tmp_path)
+        T.train_tokenizer(train_pairs, vocab_size=0, cache_dir=tmp_path)
 
 
 def test_a_lone_surrogate_is_refused_by_position(tok):
@@ -394,7 +398,7 @@ def test_a_lone_surrogate_is_refused_by_position(tok):
 @pytest.fixture
 def small_cache(train_pairs, tmp_path):
     """A 300-piece tokenizer of 400 pairs, cached in a folder of its own."""
-    return D.train_tokenizer(train_pairs[:400], 300, cache_dir=tmp_path), train_pairs[:400], tmp_path
+    return T.train_tokenizer(train_pairs[:400], 300, cache_dir=tmp_path), train_pairs[:400], tmp_path
 
 
 def _cut_that_parses(data: bytes, start: int) -> int:
@@ -417,13 +421,13 @@ def test_a_cut_cached_tokenizer_is_learned_again(small_cache, cut):
     n = 500 if cut == "500 bytes" else _cut_that_parses(good, 500)
     first.model_file.write_bytes(good[:n])
     if cut != "500 bytes":
-        assert D.Tokenizer(first.model_file).vocab_size < 300  # the damage this guards against
+        assert T.Tokenizer(first.model_file).vocab_size < 300  # the damage this guards against
     with pytest.warns(UserWarning, match=rf"the cached tokenizer {first.model_file} has SHA-256 .*: learning it"):
-        again = D.train_tokenizer(pairs, 300, cache_dir=cache)
+        again = T.train_tokenizer(pairs, 300, cache_dir=cache)
     assert again.vocab_size == 300 and again.model_file.read_bytes() == good
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert D.train_tokenizer(pairs, 300, cache_dir=cache).vocab_size == 300  # cached again, quietly
+        assert T.train_tokenizer(pairs, 300, cache_dir=cache).vocab_size == 300  # cached again, quietly
 
 
 def test_a_tokenizer_cached_before_sums_is_kept_by_its_size_and_gets_its_sum(small_cache):
@@ -433,7 +437,7 @@ def test_a_tokenizer_cached_before_sums_is_kept_by_its_size_and_gets_its_sum(sma
     sums.unlink()  # as an older version cached it
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: nothing is wrong with it
-        again = D.train_tokenizer(pairs, 300, cache_dir=cache)
+        again = T.train_tokenizer(pairs, 300, cache_dir=cache)
     assert again.vocab_size == 300 and sums.read_text() == kept
 
 

@@ -36,10 +36,11 @@ sys.path.insert(0, str(REPO / "src"))
 
 from aiayn import recipes  # noqa: E402
 from aiayn.batches import eval_batches  # noqa: E402
-from aiayn.data import Tokenizer, load_multi30k  # noqa: E402
+from aiayn.data import load_multi30k  # noqa: E402
 from aiayn.layers import set_fast  # noqa: E402
 from aiayn.presets import get_preset  # noqa: E402
 from aiayn.runs import TOKENIZER  # noqa: E402
+from aiayn.tokenizer import Tokenizer  # noqa: E402
 from aiayn.training import amp_dtype_for, mean_loss  # noqa: E402
 from aiayn.translation import load_run, translate  # noqa: E402
 

@@ -105,7 +105,7 @@ class Published(NamedTuple):
     """What ``load_published`` returns (unpacks like ``recipes.load_run``)."""
 
     config: Any  # the run's TrainConfig
-    tokenizer: Any  # aiayn.data.Tokenizer
+    tokenizer: Any  # aiayn.tokenizer.Tokenizer
     model: torch.nn.Module  # aiayn.model.Transformer, eval mode
     averaged: list[str]  # the checkpoints whose mean the weights are
 
@@ -347,8 +347,8 @@ def load_published(
     Returns:
         ``Published(config, tokenizer, model, averaged)``.
     """
-    from .data import Tokenizer
     from .recipes import TrainConfig, build_model
+    from .tokenizer import Tokenizer
 
     directory = fetch_published(
         root, download=download, downloader=downloader
