@@ -16,11 +16,9 @@ from aiayn import bench
 from aiayn import evaluate as evaluate_cli
 from aiayn import train as train_cli
 from aiayn.attention import set_fused
-from aiayn.bench import (
-    TorchTransformer,
-    synthetic_batches,
-    training_flops,
-)
+from aiayn.bench.contenders import TorchTransformer
+from aiayn.bench.flops import training_flops
+from aiayn.bench.run import synthetic_batches
 from aiayn.checkpoints import save_checkpoint
 from aiayn.data import BOS, EOS, PAD, load_multi30k
 from aiayn.decoding import beam_search

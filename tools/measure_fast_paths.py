@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 
 from aiayn.batches import Batch
-from aiayn.bench import TorchTransformer, count_step_ops
+from aiayn.bench.contenders import TorchTransformer
+from aiayn.bench.op_counts import count_step_ops
 from aiayn.data import BOS, EOS, PAD, Tokenizer, load_multi30k
 from aiayn.decoding import beam_search, decode_sorted
 from aiayn.layers import set_fast
