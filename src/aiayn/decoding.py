@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -428,6 +428,7 @@ def decode_sorted(
     use_cache: bool = True,
     prune: bool = True,
     onednn: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """Decode many sources in padded batches of similar length; outputs come back in input order.
 
@@ -448,6 +449,8 @@ def decode_sorted(
         batch_size: most sentences per batch (each becomes K rows in beam search).
         max_len_a, max_len_b: the output limit, as above.
         use_cache, prune, onednn: as in ``greedy_decode``.
+        progress: called after each batch with the number of sources it decoded (a progress bar's
+            ``update``).
 
     Returns:
         One list of ids per source: ``<bos>`` first, up to ``<eos>`` included, no padding.
@@ -504,4 +507,6 @@ def decode_sorted(
                 while ids and ids[-1] == pad_id:  # trailing padding only
                     ids.pop()
                 out[i] = ids
+            if progress is not None:
+                progress(len(chunk))
     return out

@@ -106,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(AMP),
         help="autocast dtype (default: the run's; bf16 on a CPU only where it is native)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar while translating",
+    )
     return p
 
 
@@ -129,6 +134,7 @@ def _evaluate(args: argparse.Namespace) -> EvalResult:
         out_dir=args.out,
         quantize=args.quantize,
         amp_dtype=AMP[args.amp],
+        progress=not args.no_progress,
     )
     hyp_file = Path(args.out or args.run_dir) / result.hypotheses_file
     print(f"weights: mean of {', '.join(result.checkpoints)}")

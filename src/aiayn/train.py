@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import cli, distributed
+from .data import data_dir
 from .presets import PRESETS, TrainConfig, get_preset
 from .recipes import RunSummary, TrainingInterrupted, train
 
@@ -173,10 +174,22 @@ def _train(args: argparse.Namespace) -> RunSummary:
         f"on {summary.device_name}, torch {summary.torch}\n"
         f"  {summary.tokens_per_s:,.0f} target tokens/s, {summary.parameters:,} parameters\n"
         f"  train loss {_num(summary.loss_first)} -> {_num(summary.loss_last)}; val loss {val}\n"
-        f"  run folder: {summary.out_dir}   next: python -m aiayn.evaluate {summary.out_dir}",
+        f"  run folder: {summary.out_dir}   next: {_evaluate_command(summary.out_dir, args.data)}",
         file=sys.stdout,
     )
     return summary
+
+
+def _evaluate_command(out_dir: str, data: str | None) -> str:
+    """The evaluate command for this run, naming the data folder unless it is the default one.
+
+    A run records no data folder, so a folder given by ``--data`` or an inline ``$AIAYN_DATA``
+    must be named again, or the printed command would look in the default one.
+    """
+    command = f"python -m aiayn.evaluate {shlex.quote(str(out_dir))}"
+    if data is not None or os.environ.get("AIAYN_DATA"):
+        command += f" --data {shlex.quote(str(data_dir(data).resolve()))}"
+    return command
 
 
 def _stopped(argv: list[str]):

@@ -394,6 +394,7 @@ def translate(
     quantize: str | None = None,
     log: Callable[[str], None] | None = None,
     onednn: bool = True,
+    progress: bool = False,
 ) -> list[str]:
     """Translate ``sentences`` and return detokenized strings, in input order.
 
@@ -439,6 +440,7 @@ def translate(
             published model identical to ``onednn=False``.
         log: called once with the speed and the setting, e.g. ``print``:
             ``"translated 300 sentences in 9.81 s, 30.6 sentences/s (beam 4, α 0.6, float32)"``.
+        progress: show a tqdm bar of the sentences translated (on stderr; needs tqdm).
     """
     start = time.perf_counter()
     options = beam, batch_size, max_len_a, max_len_b, quantize, amp_dtype
@@ -449,11 +451,12 @@ def translate(
     if not todo:
         return ["" for _ in ids]
     fast = model.config.fused_attention if fast is None else fast
-    with _decoding_engine(model, fast, quantize, amp_dtype) as engine:
+    bar = _sentence_bar(len(todo), progress)
+    with bar, _decoding_engine(model, fast, quantize, amp_dtype) as engine:
         outputs = decode_sorted(
             engine, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
             batch_size, max_len_a, max_len_b, use_cache=True, prune=prune,
-            onednn=onednn,
+            onednn=onednn, progress=bar.update,
         )  # fmt: skip
     lines = [""] * len(ids)
     for i, line in zip(todo, tokenizer.decode_batch(outputs), strict=True):
@@ -494,6 +497,28 @@ def _check_translate_options(
             f"but the model's vocabulary has {V}: use the tokenizer the "
             "model was trained with"
         )
+
+
+class _NoBar(contextlib.nullcontext):
+    """What ``_sentence_bar`` gives when no bar is shown: ``update`` does nothing."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+def _sentence_bar(total: int, enabled: bool):
+    """A tqdm bar of ``total`` sentences (a context manager with ``update``), or one that shows nothing."""
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as error:  # tqdm comes with the book's extras
+        raise ImportError(
+            "translate(progress=True) needs tqdm: pip install tqdm, or pass progress=False"
+        ) from error
+    return tqdm(
+        total=total, unit="sentence", dynamic_ncols=True, leave=False
+    )
 
 
 @contextlib.contextmanager
@@ -623,6 +648,7 @@ def evaluate(
     out_dir: str | os.PathLike | None = None,
     quantize: str | None = None,
     amp_dtype: torch.dtype | None | Literal["config"] = "config",
+    progress: bool = False,
 ) -> EvalResult:
     """Translate a split with a trained run and score it: our BLEU, sacreBLEU, loss, perplexity.
 
@@ -649,6 +675,7 @@ def evaluate(
         amp_dtype: the autocast dtype of decoding and loss; ``"config"``: the run's ``amp``
             (``training.amp_dtype_for``: none on a CPU); ``None``: float32. A setting other than
             the run's own gets its own entry (``setting_name``).
+        progress: show a tqdm bar of the sentences translated (``translate``).
 
     Returns:
         The ``EvalResult``.
@@ -732,6 +759,7 @@ def evaluate(
             amp,
             quantize=quantize,
             log=log,  # the speed, with the setting
+            progress=progress,
         )
         decode_s = time.perf_counter() - start
         loss = mean_loss(
