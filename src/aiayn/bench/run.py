@@ -6,11 +6,11 @@ cached) and grouped by ``data.make_batches`` within ``max_tokens``, as training 
 batch has its own shape. When the data cannot be found (or with ``data="synthetic"``), random
 pairs of ``seq_len / 2 .. seq_len`` tokens stand in, and every row says ``data: synthetic``.
 
-**Set-up.** Each contender in turn gets its own copy of the weights (``contenders.make_contender``),
-its ops counted (``op_counts.count_step_ops``, eager contenders only), its compilation when it is a
-compiled one, and its warm-up passes (``timing.warm_up``), its peak memory measured all along
-(``memory``). All stay on the device for the interleaved rounds (``timing.timed_rounds``), whose
-passes give each contender's row: its median pass, speed against the first, FLOPs and MFU
+**Set-up.** Each contender in turn gets its own copy of the weights (``contenders.make_contender``);
+its ops are counted (``op_counts.count_step_ops``, eager contenders only), it is compiled if it is a
+compiled one, and it runs its warm-up passes (``timing.warm_up``), its peak memory measured all
+along (``memory``). All then stay on the device for the interleaved rounds (``timing.timed_rounds``),
+whose passes give each contender's row: its median pass, its speed against the first, FLOPs and MFU
 (``flops``), and what ``torch.compile`` warned of (``compile_warnings``).
 
     B  batch        S  source length        T  target length        V  vocabulary size
