@@ -17,6 +17,10 @@ import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, source
   from './translator.mjs';
 
 let translator = null;  // {model, vocab, settings}, once loaded
+// searched once while loading, greedy and with beam search: a first search pays for compiling the
+// runtime's kernels (WebAssembly is compiled fast at first and well once it runs), which would otherwise
+// count in the time the reader's first sentence takes
+const WARM_UP = 'Ein Hund läuft über die Wiese.';
 
 /**
  * Why a sentence cannot be translated, or its source ids.
@@ -56,6 +60,10 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, decoder, tokenize
   const text = bytes => JSON.parse(new TextDecoder().decode(bytes));
   const model = await OnnxModel.create(ort, new Uint8Array(encoder), new Uint8Array(decoder));
   translator = {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings)};
+  const ids = sourceIds(translator.vocab, WARM_UP, translator.settings.max_len);
+  for (const beam of [1, translator.settings.beam]) {
+    await translateIds(model, translator.vocab, ids, translator.settings, beam);
+  }
   return {pieces: translator.vocab.pieces.length};
 }
 
