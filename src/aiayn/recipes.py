@@ -385,11 +385,32 @@ def _fewer_epochs(path: Path, done: int, asked: int) -> ResumeError:
 # --- The run --------------------------------------------------------------------------------------
 
 
+def _first_averaged(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """The first epoch (1-based) whose weights can be among the last ``average_last`` that
+    ``load_run`` averages: the last epoch the run can finish (``epochs``, or fewer when
+    ``max_steps`` stops it first), less ``average_last - 1``. Every epoch has as many steps
+    (``make_batches`` packs by lengths alone)."""
+    last = cfg.epochs
+    if cfg.max_steps is not None:
+        last = min(last, cfg.max_steps // steps_per_epoch)
+    return last - cfg.average_last + 1
+
+
 class _RunLog:
-    """``fit``'s hook for a run folder: the metrics log, the epoch weights and the manifest."""
+    """``fit``'s hook for a run folder: the metrics log, the epoch weights and the manifest.
+
+    The weights of an epoch are written only when they can be among the last ``average_last``
+    of the run (``first_averaged`` on), and only the last ``average_last`` are kept: a run of 8
+    epochs writes as many epoch files as one of 5.
+    """
 
     def __init__(
-        self, folder: RunFolder, cfg: TrainConfig, first_step: int, log_file
+        self,
+        folder: RunFolder,
+        cfg: TrainConfig,
+        first_step: int,
+        log_file,
+        first_averaged: int = 1,
     ):
         self.folder, self.cfg, self.first_step, self.log_file = (
             folder,
@@ -397,6 +418,7 @@ class _RunLog:
             first_step,
             log_file,
         )
+        self.first_averaged = first_averaged
         self.last_eval: dict[str, Any] = {}
         self.epochs_done = 0
 
@@ -429,7 +451,10 @@ class _RunLog:
             self.write(self.last_eval)
         elif state.event == "epoch_end":
             self.epochs_done = state.epoch + 1
-            if self.cfg.average_last > 1:
+            if (
+                self.cfg.average_last > 1
+                and self.epochs_done >= self.first_averaged
+            ):
                 buffer = io.BytesIO()
                 torch.save(
                     {
@@ -645,9 +670,13 @@ def train(
 
 
 def _when_saved(cfg: TrainConfig) -> str:
-    minutes = cfg.checkpoint_minutes
-    every = f" and every {minutes:g} minutes" if minutes else ""
-    return f"saved at every epoch's end{every}"
+    when = []
+    if cfg.checkpoint_minutes:
+        when.append(f"every {cfg.checkpoint_minutes:g} minutes")
+    if cfg.checkpoint_every:
+        when.append(f"every {cfg.checkpoint_every} steps")
+    stops = "when Ctrl-C, SIGTERM or SIGHUP stops it"
+    return f"saved {' and '.join([*when, stops])}"
 
 
 def _open_run(
@@ -759,7 +788,13 @@ def _run(
         _stop_on_signals() as stop,
         _attention_kernels(),
     ):
-        run_log = _RunLog(folder, cfg, first_step, log_file)
+        run_log = _RunLog(
+            folder,
+            cfg,
+            first_step,
+            log_file,
+            _first_averaged(cfg, len(batches)),
+        )
         history = fit(
             model,
             batches,

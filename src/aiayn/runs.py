@@ -5,8 +5,10 @@ A run folder written by ``python -m aiayn.train`` holds:
     manifest.json     every file the run wrote: size and SHA-256, the config's hash, the run's id
     config.json       the TrainConfig
     tokenizer.model   the sentencepiece model the run was trained with
-    checkpoint.pt     the latest state (weights, optimizer, schedule, RNG): training resumes from it
-    epoch-NNN.pt      the weights after epoch NNN, only the last ``average_last`` kept, for averaging
+    checkpoint.pt     the latest state (weights, optimizer, schedule, RNG): training resumes from it;
+                      saved every ``checkpoint_minutes``, at the run's end and when a signal stops it
+    epoch-NNN.pt      the weights after epoch NNN, for averaging: written for the run's last
+                      ``average_last`` epochs only, and only the last ``average_last`` kept
     metrics.jsonl     one JSON line per logged step and per evaluation
     summary.json      what ``train`` returned
     results.json      evaluation results, one entry per split and decoding setting
