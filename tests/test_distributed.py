@@ -23,6 +23,7 @@ from test_runs import (
 
 from aiayn import distributed, equivalence
 from aiayn.batches import EpochBatches
+from aiayn.runs import RunFolder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -105,10 +106,10 @@ def test_two_ranks_make_the_updates_of_one_process_that_sees_both_batches():
     assert equivalence.check_equivalence(2, steps=4) < 1e-6
 
 
-def torchrun(config: Path, out: Path, root: Path, env: dict, n: int = 2) -> subprocess.Popen:
+def torchrun(config: Path, out: Path, root: Path, env: dict, n: int = 2, *more: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n),
             "-m", "aiayn.train", "--config", str(config), "--out", str(out), "--device", "cpu",
-            "--data", str(root), "--no-progress"]  # fmt: skip
+            "--data", str(root), "--no-progress", *more]  # fmt: skip
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -181,4 +182,21 @@ def test_resuming_with_another_number_of_processes_is_refused(straight, tmp_path
         f"error: cannot resume --out {copy}: it was trained on 2 processes and this is 1; "
         "resume it with torchrun --nproc_per_node 2\n"
     )
+    assert snapshot(copy) == before
+
+
+def test_a_locked_run_folder_is_refused_by_every_rank_in_the_same_words(straight, tmp_path, root):
+    """Not rank 0 alone, with rank 1 dying at its barrier ("Connection closed by peer") and named the cause."""
+    config, env, run, _ = straight
+    copy = copy_run(run, tmp_path / "run")
+    before = snapshot(copy)
+    with RunFolder(copy).locked():  # another command writing into the folder
+        process = torchrun(config, copy, root, env, 2, "--epochs", "3")  # resume it for a third epoch
+        _, err = process.communicate(timeout=120)
+    assert process.returncode != 0
+    # each rank that gets to speak says rank 0's refusal (torchrun may stop rank 1 first)
+    refusals = {line for line in err.splitlines() if line.startswith("error: ")}
+    assert len(refusals) == 1 and "another command is writing into" in refusals.pop(), err
+    assert "Connection closed by peer" not in err and "gloo" not in err.lower(), err
+    assert "(exitcode: 1)" not in err, err  # no rank failed other than by the refusal (exit 2)
     assert snapshot(copy) == before

@@ -29,7 +29,7 @@ import datetime
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -47,6 +47,7 @@ __all__ = [
     "barrier",
     "all_reduce_sum",
     "gather_object",
+    "main_first",
     "shard",
     "token_weight",
     "check_same_world",
@@ -171,6 +172,27 @@ def gather_object(obj: T) -> list[T] | None:
     out = [None] * dist.get_world_size() if is_main() else None
     dist.gather_object(obj, out, dst=0)
     return out
+
+
+def main_first(check: Callable[[], None]) -> None:
+    """Run ``check`` on rank 0; if it raises, every rank raises that error, in the same words.
+
+    A refusal of rank 0 alone (a locked run folder, say) would otherwise leave the other ranks
+    waiting at their next collective until rank 0's exit broke it ("Connection closed by peer"),
+    and torchrun would name one of them as the cause. Every rank must call it.
+    """
+    error: BaseException | None = None
+    if is_main():
+        try:
+            check()
+        except Exception as err:  # handed to every rank, raised there
+            error = err
+    if dist.is_initialized():
+        box = [error]
+        dist.broadcast_object_list(box, src=0)
+        error = box[0]
+    if error is not None:
+        raise error
 
 
 def shard(batches: Sequence[T], rank: int, world: int) -> list[T]:

@@ -623,10 +623,10 @@ def train(
         plan = plan._replace(
             action="resume", checkpoint=folder.read_verified(CHECKPOINT)
         )
-    if main and folder.has_manifest():
-        # fail now, not after the data, when another command is writing
-        with folder.locked():
-            pass
+    if folder.has_manifest():
+        # fail now, not after the data, when another command is writing;
+        # under torchrun every rank fails with rank 0's words
+        distributed.main_first(folder.check_unlocked)
     tokenizer = None
     if plan.action == "resume":
         folder.read_verified(TOKENIZER)
