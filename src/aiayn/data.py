@@ -219,6 +219,11 @@ def load_multi30k(
     return list(zip(src, tgt, strict=True))
 
 
+# ---------------------------------------------------------------------------------------------
+# Encoding (the tokenizer itself is aiayn.tokenizer)
+# ---------------------------------------------------------------------------------------------
+
+
 def encode_pairs(
     tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]
 ) -> list[tuple[list[int], list[int]]]:

@@ -1,9 +1,10 @@
 """Files the package downloads and checks by SHA-256: the Multi30k captions and the published model.
 
-``download_file(url, path, sha256, deadline)`` streams the body into a temporary file beside ``path``,
-hashing it on the way, and renames it into place only when its SHA-256 is the expected one: a file
-that is there under its name has been checked. ``check_file`` checks one already on disk. Both
-raise ``ChecksumError``. ``user_cache_dir`` is where downloads are kept unless a folder is given.
+``download_file(url, path, sha256, deadline)`` streams the body into a temporary file beside
+``path``, hashing it on the way, and renames it into place only when its SHA-256 is the expected
+one: a file that is there under its name has been checked. ``check_file`` checks one already on
+disk. Both raise ``ChecksumError``. ``user_cache_dir`` is where downloads are kept unless a folder
+is given.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def download_file(
         path: where it goes; its folder is made if missing.
         sha256: the SHA-256 (hex) the file must have.
         deadline: the ``time.monotonic()`` time by which the download must be done.
-        downloader: ``(url, deadline) -> byte pieces``; default ``urlopen_pieces`` (tests pass a fake).
+        downloader: ``(url, deadline) -> byte pieces``; default ``urlopen_pieces`` (tests pass
+            a fake).
 
     Raises:
         ChecksumError: the body is not the expected file; nothing is written.

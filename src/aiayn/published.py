@@ -413,6 +413,9 @@ def load_or_explain(
     return None
 
 
+# --- The command line -----------------------------------------------------------------------------
+
+
 def _day(text: str) -> str:
     """An argparse type: a day written YYYY-MM-DD (``2026-11-23``)."""
     try:

@@ -1,4 +1,4 @@
-"""A release of a run: its averaged weights, records, model card and ``SHA256SUMS``, for a GitHub release.
+"""A release of a run for GitHub: its averaged weights, records, model card and ``SHA256SUMS``.
 
 Weights never enter git; they go to a GitHub release:
 
@@ -6,13 +6,14 @@ Weights never enter git; they go to a GitHub release:
     make release RUN=runs/multi30k
 
 ``prepare_release`` checks that the run was trained and evaluated on test2016 and that
-``runs/release`` is new or empty, then writes the averaged weights (``<config name>-averaged-fp32.pt``;
-``--half``: float16, ``-fp16.pt``, half the size, a few translations differ), the tokenizer, the
-config, the run's records, ``MODEL_CARD.md`` (data and its licence terms, recipe, scores, limits)
-and, last, ``SHA256SUMS`` into ``runs/release`` (git ignores ``runs/``); the run folder is only
-read. A folder without ``SHA256SUMS`` is an unfinished release. Upload the files as the assets of
-a release tagged ``aiayn.published.RELEASE_TAG``; ``aiayn.published.load_published(root=DIR)``
-loads a release, checked against its own sums (``read_sums``).
+``runs/release`` is new or empty, then writes the averaged weights
+(``<config name>-averaged-fp32.pt``; ``--half``: float16, ``-fp16.pt``, half the size, a few
+translations differ), the tokenizer, the config, the run's records, ``MODEL_CARD.md`` (data and
+its licence terms, recipe, scores, limits) and, last, ``SHA256SUMS`` into ``runs/release`` (git
+ignores ``runs/``); the run folder is only read. A folder without ``SHA256SUMS`` is an unfinished
+release. Upload the files as the assets of a release tagged ``aiayn.published.RELEASE_TAG``;
+``aiayn.published.load_published(root=DIR)`` loads a release, checked against its own sums
+(``read_sums``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,20 @@ __all__ = [
 
 SUMS = "SHA256SUMS"  # a release's own sums, written last
 WEIGHTS_SUFFIX = "-averaged-fp??.pt"  # a glob: fp32, or fp16 (half the size)
+# What a release copies from its run, beside the weights, the card and the sums.
+RUN_FILES = (
+    "tokenizer.model", "config.json", "summary.json", "metrics.jsonl",
+    "results.json", "test2016.hyp.en",
+)  # fmt: skip
+LICENCE = (
+    "Multi30k (Elliott et al., 2016, https://github.com/multi30k/dataset) is "
+    "partly derived from Flickr30k (Young et al., 2014). Its authors provide it "
+    "for non-commercial research and educational purposes only; they do not own "
+    "the copyright of the Flickr images, whose use must follow the Flickr Terms "
+    "of Use. The model was trained on the German and English captions only, and "
+    "inherits these terms: research and teaching, not commercial use. Cite both "
+    "data sets."
+)
 
 
 def weights_name(config_name: str, half: bool = True) -> str:
@@ -54,6 +69,9 @@ def weights_name(config_name: str, half: bool = True) -> str:
 
 class ReleaseError(ValueError):
     """A run cannot be released as asked: not evaluated yet, or the folder is not new or empty."""
+
+
+# --- Reading one ----------------------------------------------------------------------------------
 
 
 _SUMS_LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
@@ -107,19 +125,7 @@ def read_weights(
     return saved
 
 
-RUN_FILES = (
-    "tokenizer.model", "config.json", "summary.json", "metrics.jsonl",
-    "results.json", "test2016.hyp.en",
-)  # fmt: skip
-LICENCE = (
-    "Multi30k (Elliott et al., 2016, https://github.com/multi30k/dataset) is "
-    "partly derived from Flickr30k (Young et al., 2014). Its authors provide it "
-    "for non-commercial research and educational purposes only; they do not own "
-    "the copyright of the Flickr images, whose use must follow the Flickr Terms "
-    "of Use. The model was trained on the German and English captions only, and "
-    "inherits these terms: research and teaching, not commercial use. Cite both "
-    "data sets."
-)
+# --- Making one -----------------------------------------------------------------------------------
 
 
 def _release_weights(

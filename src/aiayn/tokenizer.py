@@ -1,4 +1,4 @@
-"""A joint sentencepiece tokenizer: one subword vocabulary for German and English, learned and cached.
+"""A joint sentencepiece tokenizer: one subword vocabulary for German and English, and its cache.
 
 ``train_tokenizer(pairs)`` learns one vocabulary for both languages, as the paper does ("a shared
 source-target vocabulary", section 5.1), and keeps it in a cache on disk; ``Tokenizer`` turns text
