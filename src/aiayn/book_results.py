@@ -3,9 +3,11 @@
 Chapter 11 reads them (``aiayn.published.results_dir()``) wherever it runs, without the run:
 
     python -m aiayn.published results runs/multi30k --commit <sha> --date <day> --command "..."
+    python -m aiayn.published attention --lines 209 757 276
 
-writes the run's record (where, when and how it was measured), its test translations and its
-training and validation curves, each file well under 1 MB.
+write the run's record (where, when and how it was measured), its test translations, its
+training and validation curves, and the published model's attention on a few of those test
+translations, each file well under 1 MB.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .checks import atomic_write
+import torch
 
-__all__ = ["write_results"]
+from .checks import atomic_write
+from .data import load_multi30k
+from .tokenizer import Tokenizer
+
+__all__ = ["ATTENTION", "write_results", "write_attention"]
+
+ATTENTION = "multi30k.attention.json.gz"
 
 
 def _curves(records: list[dict[str, Any]], every: int) -> tuple[str, str]:
@@ -135,3 +143,41 @@ def write_results(
         files["record"], (json.dumps(record, indent=2) + "\n").encode()
     )
     return files
+
+
+def write_attention(
+    model: torch.nn.Module,
+    tokenizer: Tokenizer,
+    lines: Sequence[int],
+    out: str | os.PathLike,
+    *,
+    results: str | os.PathLike,
+    root: str | os.PathLike | None = None,
+) -> Path:
+    """The model's attention re-reading its own test translations, on ``lines``, as ``ATTENTION``.
+
+    Args:
+        model, tokenizer: the published model (``aiayn.published.load_published``).
+        lines: test2016 line numbers (from 0).
+        out: the folder to write ``ATTENTION`` into.
+        results: the book's results, which hold the record ``multi30k.json`` and the
+            translations it names (``aiayn.published.results_dir()``).
+        root: the Multi30k folder (``aiayn.data.data_dir``).
+
+    Returns:
+        The file written.
+    """
+    from .viz.translation import model_attention, save_attention_examples
+
+    results = Path(results)
+    record = json.loads((results / "multi30k.json").read_text())
+    hypotheses = (results / record["hypotheses"]).read_text().splitlines()
+    sources = [de for de, _ in load_multi30k("test2016", root)]
+    examples = {
+        line: model_attention(
+            model, tokenizer, sources[line], hypotheses[line]
+        )
+        for line in lines
+    }
+    save_attention_examples(Path(out) / ATTENTION, examples)
+    return Path(out) / ATTENTION

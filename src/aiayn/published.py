@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import cli
-from .book_results import write_results
+from .book_results import write_attention, write_results
 from .download import (
     DEADLINE_S,
     DOWNLOAD_ERRORS,
@@ -500,30 +500,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-ATTENTION = "multi30k.attention.json.gz"
-
-
-def _write_attention(lines: list[int], out: Path, root=None) -> Path:
-    """The published model's attention re-reading its own test translations, on ``lines``."""
-    from .data import load_multi30k
-    from .viz.translation import model_attention, save_attention_examples
-
-    record = json.loads((results_dir() / "multi30k.json").read_text())
-    hypotheses = (
-        (results_dir() / record["hypotheses"]).read_text().splitlines()
-    )
-    sources = [de for de, _ in load_multi30k("test2016", root)]
-    _, tokenizer, model, _ = load_published()
-    examples = {
-        line: model_attention(
-            model, tokenizer, sources[line], hypotheses[line]
-        )
-        for line in lines
-    }
-    save_attention_examples(out / ATTENTION, examples)
-    return out / ATTENTION
-
-
 def _command(args: argparse.Namespace) -> int:
     if args.command == "release":
         sums = prepare_release(args.run, args.out, half=args.half)
@@ -540,7 +516,9 @@ def _command(args: argparse.Namespace) -> int:
         for path in files.values():
             print(f"{path}: {path.stat().st_size:,} bytes")
     elif args.command == "attention":
-        path = _write_attention(args.lines, Path(args.out), args.data)
+        _, tokenizer, model, _ = load_published()
+        path = write_attention(model, tokenizer, args.lines, Path(args.out),
+                               results=results_dir(), root=args.data)  # fmt: skip
         print(f"{path}: {path.stat().st_size:,} bytes")
     else:
         directory = fetch_published(args.root)
