@@ -180,6 +180,10 @@ def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
         dynamic_shapes=dict(zip(names, shapes, strict=True)),
         verbose=False,
     )
+    # torch.onnx keeps each node's Python stack trace, which names this machine's
+    # files; the published graphs carry none (and their bytes do not depend on it)
+    for node in program.model.graph.all_nodes():
+        node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
     program.save(str(path))
 
 

@@ -397,11 +397,6 @@ def test_the_published_files_name_no_path_of_this_machine(site):
         assert not _leaks(strings), f"{path.relative_to(site)} names {_leaks(strings)[:3]}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aiayn.export._save_graph keeps torch.onnx's stack traces (pkg.torch.onnx.stack_trace on every node), "
-    "which name the exporting machine's source files; dropping them there is the fix",
-)
 def test_the_published_graphs_name_no_path_of_this_machine(site):
     built_model(site)
     for path in sorted(MODEL.glob("*.onnx")):
