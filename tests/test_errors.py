@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import time
 
 import pytest
 import torch
@@ -206,26 +205,6 @@ def test_a_damaged_tokenizer_cache_is_learned_again(tmp_path):
         D.Tokenizer(first.model_file)
     again = D.train_tokenizer(pairs, 30, cache_dir=tmp_path)
     assert again.model_file == first.model_file and again.model_file.read_bytes() == good
-
-
-class Trickle:
-    """A response that sends a byte every few milliseconds and never stops."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def read(self, n):
-        time.sleep(0.005)
-        return b"x"
-
-
-def test_the_whole_download_has_a_deadline(monkeypatch):
-    monkeypatch.setattr(D.urllib.request, "urlopen", lambda url, timeout: Trickle())
-    with pytest.raises(TimeoutError, match=r"downloading https://example.org/f took over 0 s"):
-        D._urlopen_bytes("https://example.org/f", deadline_s=0.05)
 
 
 def test_the_missing_message_lists_all_six_files(tmp_path):

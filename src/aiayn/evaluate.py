@@ -16,6 +16,7 @@ written into: it needs ``--out``. A held lock or a damaged ``results.json`` is r
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress bar while translating",
+        help="no progress bar while translating (shown only on a terminal)",
     )
     return p
 
@@ -134,7 +135,7 @@ def _evaluate(args: argparse.Namespace) -> EvalResult:
         out_dir=args.out,
         quantize=args.quantize,
         amp_dtype=AMP[args.amp],
-        progress=not args.no_progress,
+        progress=not args.no_progress and sys.stderr.isatty(),
     )
     hyp_file = Path(args.out or args.run_dir) / result.hypotheses_file
     print(f"weights: mean of {', '.join(result.checkpoints)}")
