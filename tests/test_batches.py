@@ -140,3 +140,34 @@ def test_pad_to_gives_the_same_loss_and_gradients(fast):
         torch.testing.assert_close(loss_b, loss_a, rtol=1e-6, atol=1e-6)
         for ga, gb in zip(grads_a, grads_b, strict=True):
             torch.testing.assert_close(gb, ga, rtol=1e-5, atol=1e-6)
+
+
+def test_the_train_command_trains_on_padded_shapes_with_the_same_losses(tmp_path, root, cache):
+    """TrainConfig.pad_to reaches the batches: a run on lengths rounded up to 16 logs the unpadded run's losses."""
+    import json
+
+    from test_runs import TINY
+
+    import aiayn.recipes as recipes
+    from aiayn.recipes import train
+
+    losses, shapes = {}, {}
+
+    def spied(*args, **kwargs):  # the train command's batches, and the shapes of the first epoch's
+        batches = EpochBatches(*args, **kwargs)
+        shapes[kwargs.get("pad_to")] = {(b.src.size(1), b.tgt_in.size(1)) for b in batches(0)}
+        return batches
+
+    for pad_to in (None, 16):
+        cfg = TINY.with_changes(epochs=1, pad_to=pad_to)  # no dropout: the same draws either way
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(recipes, "EpochBatches", spied)
+            train(cfg, tmp_path / f"run-{pad_to}", root=root, device="cpu", progress=False)
+        lines = (tmp_path / f"run-{pad_to}" / "metrics.jsonl").read_text().splitlines()
+        losses[pad_to] = [r["loss"] for r in map(json.loads, lines) if r["event"] == "step"]
+    assert all(s % 16 == 0 and t % 16 == 0 for s, t in shapes[16])
+    assert any(s % 16 or t % 16 for s, t in shapes[None])  # the lengths were not multiples of 16
+    assert len(losses[None]) == len(losses[16]) > 3
+    assert losses[16] == pytest.approx(losses[None], rel=1e-4)
+    with pytest.raises(ValueError, match="pad_to"):
+        TINY.with_changes(pad_to=0)

@@ -115,13 +115,19 @@ class TrainConfig:
             ask for one (the same update; the tests train with each on the CPU).
         compile: ``torch.compile`` the model's forward pass (slow first steps, faster later ones).
         pin_memory: page-locked batches, copied to the GPU with ``non_blocking=True`` (CUDA only).
+        pad_to: pad each batch's source and target lengths up to a multiple of this (``None``: to
+            the longest in the batch). The same loss and gradients (``tests/test_batches.py``), fewer
+            batch shapes, as a captured step needs; with dropout the random draws differ, so a
+            resumed run keeps its setting.
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
             keeps torch's setting. Tiny models run faster on one thread, and far faster when other
             processes share the cores (two threads then wait on each other at every small operation).
         log_every: write every k-th training step to ``metrics.jsonl`` (evaluations always).
         checkpoint_every: also save ``checkpoint.pt`` every k steps (``None``: off).
         checkpoint_minutes: also save ``checkpoint.pt`` when this many minutes passed since the last
-            save, inside long epochs (``None``: off). Checkpoints are always saved at each epoch's end.
+            save (``None``: off). A checkpoint is also saved at the run's end and when Ctrl-C, SIGTERM
+            or SIGHUP stops it; not at every epoch's end, so that what a run writes does not grow
+            with its epochs (the weights to average are written for the last ``average_last`` only).
         beam, length_penalty: beam size K and α of the GNMT length penalty (the paper: 4 and 0.6).
         max_len_a, max_len_b: outputs stop after ``a · S + b`` tokens (the paper: input length + 50).
     """
@@ -147,6 +153,7 @@ class TrainConfig:
     adam: str = "auto"
     compile: bool = False
     pin_memory: bool = True
+    pad_to: int | None = None
     cpu_threads: int | None = None
     # logging and checkpoints
     log_every: int = 1
@@ -178,6 +185,7 @@ class TrainConfig:
             "val_subset",
             "test_subset",
             "max_steps",
+            "pad_to",
             "checkpoint_every",
             "cpu_threads",
         ):

@@ -781,6 +781,7 @@ def _run(
         rank=distributed.rank(),
         world=distributed.world_size(),
         device=device,  # each batch copied while the step before it runs
+        pad_to=cfg.pad_to,
     )
 
     with (

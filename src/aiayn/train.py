@@ -17,7 +17,8 @@ On Colab, put ``--out`` on Google Drive, which outlives the session::
     from google.colab import drive; drive.mount("/content/drive")
     !python -m aiayn.train --preset multi30k-t4 --out /content/drive/MyDrive/aiayn/t4
 
-``checkpoint.pt`` is saved at every epoch's end and every ``--checkpoint-minutes`` (default 10).
+``checkpoint.pt`` is saved every ``--checkpoint-minutes`` (default 10), at the run's end and when Ctrl-C,
+SIGTERM or SIGHUP stops it.
 When the session disconnects, run the same command in a new one: it resumes from the last
 checkpoint, exactly as if it had not stopped (weights, optimizer, loss scale, random state and
 position in the epoch), and loses at most the steps since that checkpoint.
@@ -57,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p = cli.parser(
         "python -m aiayn.train",
         "Train a Transformer on Multi30k de->en from a preset. Running the same command again "
-        "resumes the run from its last checkpoint (saved at every epoch's end and every "
-        "--checkpoint-minutes): after Ctrl-C or a lost Colab session, run it again. On Colab, "
+        "resumes the run from its last checkpoint (saved every --checkpoint-minutes, at the end, "
+        "and at Ctrl-C, SIGTERM or SIGHUP): after Ctrl-C or a lost Colab session, run it again. On Colab, "
         "give --out a folder on Google Drive (e.g. /content/drive/MyDrive/aiayn/t4) so that the "
         "run outlives the session.",
     )
