@@ -304,77 +304,66 @@ def beam_search(
         A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
     """
     K, alpha = check_beam(beam_size, length_penalty)
-    if (
-        prune
-    ):  # the engine twin: finished beams and sentences leave the batch
-        return pruned_beam_search(
-            model,
-            src,
-            src_mask,
-            max_len,
-            bos_id,
-            eos_id,
-            K,
-            alpha,
-            use_cache,
-            onednn,
-        )
+    # the engine twin: finished beams and sentences leave the batch
+    if prune:
+        rest = max_len, bos_id, eos_id, K, alpha, use_cache, onednn
+        return pruned_beam_search(model, src, src_mask, *rest)
     pad_id, max_len, limits = _check_common(
         model, src, max_len, bos_id, eos_id
     )
     B, device = src.size(0), src.device
     with _eval_mode(model, onednn):
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
-        # every sentence's K beams: B·K rows, beam b of sentence i in row i·K + b
-        memory, src_mask, ys = (
-            x.repeat_interleave(K, dim=0) for x in (memory, src_mask, ys)
-        )
+        # K rows a sentence: beam b of sentence i in row i·K + b
+        memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, d_model)
+        src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
+        ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
         cache = new_cache(model) if use_cache else None
-        # per beam, (B, K): log P, generated tokens, finished or not; all start as
-        # the same "<bos>", so only beam 0 may expand, or the K beams would be copies
-        log_p = torch.full((B, K), -math.inf, device=device)
-        log_p[:, 0] = 0.0
-        lengths = torch.zeros(B, K, dtype=torch.long, device=device)
-        finished = torch.zeros(B, K, dtype=torch.bool, device=device)
-        if limits is not None:
-            finished |= (limits <= 1)[:, None]
+        # (B, K) each: log P, generated tokens, finished or not
+        log_p, lengths, finished = _first_beams(B, K, limits, device)
         for _ in range(max_len - 1):
-            logits = _next_logits(
-                model, memory, src_mask, ys, cache
-            )  # (B·K, V)
-            token_log_p = F.log_softmax(logits, dim=-1).view(
-                B, K, -1
-            )  # (B, K, V)
+            logits = _next_logits(model, memory, src_mask, ys, cache)
+            # (B, K, V); a finished beam's one continuation is padding
+            token_log_p = F.log_softmax(logits, dim=-1).view(B, K, -1)
             V = token_log_p.size(-1)
-            token_log_p[finished] = _padding_only(
-                V, pad_id, device
-            )  # a finished beam waits
+            token_log_p[finished] = _padding_only(V, pad_id, device)
             cand_len = lengths + (~finished).long()  # (B, K)
-            lp = gnmt_length_penalty(cand_len, alpha)  # (B, K)
-            cand_score = (log_p[..., None] + token_log_p) / lp[
-                ..., None
-            ]  # (B, K, V)
-            # the K best of each sentence's K·V candidates: which beam, which token
+            lp = gnmt_length_penalty(cand_len, alpha)[..., None]  # (B, K, 1)
+            cand_score = (log_p[..., None] + token_log_p) / lp  # (B, K, V)
+            # the K best of each sentence's K·V: which beam, which token
             _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
             beam, token = best // V, best % V  # (B, K) each
-            log_p = log_p.gather(1, beam) + token_log_p.view(
-                B, K * V
-            ).gather(1, best)
-            lengths = cand_len.gather(1, beam)  # (B, K)
-            finished = finished.gather(1, beam) | (token == eos_id)  # (B, K)
-            parents = (
-                beam + torch.arange(B, device=device)[:, None] * K
-            ).view(-1)  # (B·K,)
-            ys = torch.cat(
-                [ys[parents], token.view(-1, 1)], dim=1
-            )  # (B·K, T + 1)
-            if cache is not None:  # the keys and values follow their beams
+            chosen = token_log_p.view(B, K * V).gather(1, best)  # (B, K)
+            log_p = log_p.gather(1, beam) + chosen
+            lengths = cand_len.gather(1, beam)
+            finished = finished.gather(1, beam) | (token == eos_id)
+            first_row = torch.arange(B, device=device)[:, None] * K
+            parents = (beam + first_row).view(-1)  # (B·K,)
+            ys = torch.cat([ys[parents], token.view(-1, 1)], dim=1)
+            if cache is not None:  # keys and values follow their beams
                 cache.reorder(parents)
-            if limits is not None:  # a sentence at its own limit stops
+            if limits is not None:  # a sentence at its limit stops
                 finished |= (limits <= ys.size(1))[:, None]
             if finished.all():
                 break
         return BeamSearchOutput(*_best_beams(ys, log_p, lengths, alpha))
+
+
+def _first_beams(
+    B: int, K: int, limits: torch.Tensor | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log P, lengths and finished, ``(B, K)`` each, before the first step.
+
+    All K beams of a sentence start as the same ``<bos>``: only beam 0 may expand (log P 0, the
+    others -inf), or the K beams would be copies. A sentence whose limit is 1 is finished.
+    """
+    log_p = torch.full((B, K), -math.inf, device=device)
+    log_p[:, 0] = 0.0
+    lengths = torch.zeros(B, K, dtype=torch.long, device=device)
+    finished = torch.zeros(B, K, dtype=torch.bool, device=device)
+    if limits is not None:
+        finished |= (limits <= 1)[:, None]
+    return log_p, lengths, finished
 
 
 def _padding_only(V: int, pad_id: int, device: torch.device) -> torch.Tensor:
