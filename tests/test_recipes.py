@@ -30,7 +30,7 @@ from aiayn.model import Transformer, TransformerConfig
 from aiayn.presets import PRESETS, TrainConfig, get_preset
 from aiayn.recipes import train
 from aiayn.runs import ResumeError
-from aiayn.training import amp_dtype_for
+from aiayn.step import amp_dtype_for
 from aiayn.translation import (
     average_checkpoints,
     evaluate,

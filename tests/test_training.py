@@ -17,13 +17,8 @@ from aiayn.decoding import greedy_decode
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
-from aiayn.training import (
-    History,
-    amp_dtype_for,
-    fit,
-    make_grad_scaler,
-    train_step,
-)
+from aiayn.step import amp_dtype_for, make_grad_scaler, train_step
+from aiayn.training import History, fit
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12

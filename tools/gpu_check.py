@@ -40,8 +40,8 @@ from aiayn.data import load_multi30k  # noqa: E402
 from aiayn.layers import set_fast  # noqa: E402
 from aiayn.presets import get_preset  # noqa: E402
 from aiayn.runs import TOKENIZER  # noqa: E402
+from aiayn.step import amp_dtype_for, mean_loss  # noqa: E402
 from aiayn.tokenizer import Tokenizer  # noqa: E402
-from aiayn.training import amp_dtype_for, mean_loss  # noqa: E402
 from aiayn.translation import load_run, translate  # noqa: E402
 
 SENTENCES = 64  # validation sentences translated at each evaluation

@@ -59,7 +59,8 @@ from .runs import (
     shown,
 )
 from .schedule import make_optimizer, noam_scheduler
-from .training import FitState, amp_dtype_for, fit
+from .step import amp_dtype_for
+from .training import FitState, fit
 from .translation import evaluate, load_run, translate
 
 __all__ = [

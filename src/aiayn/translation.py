@@ -48,7 +48,7 @@ from .runs import (
     RunFolderError,
     shown,
 )
-from .training import amp_dtype_for, mean_loss
+from .step import amp_dtype_for, mean_loss
 
 __all__ = [
     "average_checkpoints",

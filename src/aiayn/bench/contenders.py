@@ -38,7 +38,7 @@ from ..layers import set_fast
 from ..loss import LabelSmoothingLoss
 from ..model import Transformer
 from ..schedule import make_optimizer
-from ..training import make_grad_scaler, train_step
+from ..step import make_grad_scaler, train_step
 
 __all__ = [
     "CONTENDERS",

@@ -26,7 +26,7 @@ from ..batches import Batch
 from ..data import PAD
 from ..loss import LabelSmoothingLoss
 from ..schedule import make_optimizer
-from ..training import make_grad_scaler
+from ..step import make_grad_scaler
 
 __all__ = ["CountOps", "count_step_ops"]
 

@@ -41,7 +41,7 @@ from ..data import (
 )
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..presets import PRESETS
-from ..training import amp_dtype_for
+from ..step import amp_dtype_for
 from .compile_warnings import collect_compile_warnings
 from .contenders import ALL_CONTENDERS, CONTENDERS, Trainer, make_contender
 from .flops import peak_tflops, training_flops
