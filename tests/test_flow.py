@@ -72,4 +72,4 @@ def test_the_train_command_reenters_a_module_at_most_three_times(tmp_path, monke
     capsys.readouterr()
     assert len(sites) <= 3, sites
     # the one callback of the training loop: its Report hands the hook a frozen state
-    assert ("training.Report.tell", "recipes._RunLog.__call__") in sites
+    assert ("loop_pieces.Report.tell", "recipes._RunLog.__call__") in sites

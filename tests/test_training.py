@@ -14,11 +14,12 @@ from torch import nn
 from aiayn.batches import Batch, copy_task_batches
 from aiayn.checkpoints import load_checkpoint, save_checkpoint
 from aiayn.decoding import greedy_decode
+from aiayn.history import History
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
 from aiayn.step import amp_dtype_for, make_grad_scaler, train_step
-from aiayn.training import History, fit
+from aiayn.training import fit
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12

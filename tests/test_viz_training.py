@@ -13,8 +13,8 @@ import torch
 matplotlib.use("Agg")
 
 from aiayn.decoding import _filter_top_k, _filter_top_p  # noqa: E402
+from aiayn.history import History
 from aiayn.schedule import noam_rate  # noqa: E402
-from aiayn.training import History
 from aiayn.viz import (  # noqa: E402
     noam_schedule_chart,
     sampling_filter_chart,
