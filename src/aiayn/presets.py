@@ -109,7 +109,7 @@ class TrainConfig:
         amp: ``"auto"``: on CUDA, bfloat16 autocast where the GPU has it natively (compute
             capability 8.0 and up), float16 with a gradient scaler below (Colab's T4); float32 on
             other devices. ``"bf16"`` or ``"fp16"`` (always) or ``None`` (float32);
-            see ``training.amp_dtype_for``.
+            see ``step.amp_dtype_for``.
         adam: Adam's implementation (``schedule.ADAM_IMPLEMENTATIONS``): ``"auto"`` takes the fused
             one on CUDA and PyTorch's default elsewhere; ``"fused"``, ``"foreach"``, ``"for-loop"``
             ask for one (the same update; the tests train with each on the CPU).

@@ -10,7 +10,7 @@ Where the other parts of a run live:
 - the presets and ``TrainConfig``: ``aiayn.presets`` (``PRESETS``, ``build_model`` are re-exported here);
 - the run folder (files, manifest, lock): ``aiayn.runs``;
 - the schedule: ``aiayn.schedule``; the loss: ``aiayn.loss``; the batches: ``aiayn.batches``;
-- ``train_step`` and ``fit``: ``aiayn.training``;
+- ``train_step``: ``aiayn.step``; ``fit``: ``aiayn.training``;
 - translating and scoring a run: ``aiayn.translation`` (``evaluate``, ``load_run``, ``translate`` are
   re-exported here, so ``from aiayn.recipes import ...`` keeps working).
 

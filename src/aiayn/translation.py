@@ -673,7 +673,7 @@ def evaluate(
             folder for a published model, a release, or a folder you cannot write to).
         quantize: ``"int8"`` decodes with an int8 copy of the model (``translate``; CPU only).
         amp_dtype: the autocast dtype of decoding and loss; ``"config"``: the run's ``amp``
-            (``training.amp_dtype_for``: none on a CPU); ``None``: float32. A setting other than
+            (``step.amp_dtype_for``: none on a CPU); ``None``: float32. A setting other than
             the run's own gets its own entry (``setting_name``).
         progress: show a tqdm bar of the sentences translated (``translate``).
 

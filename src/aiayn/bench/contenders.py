@@ -1,6 +1,6 @@
 """Who races? Our model, explicit to compiled, and ``nn.Transformer``, each from the same weights.
 
-Every contender runs the same training loop (``training.train_step``: autocast on CUDA, Adam,
+Every contender runs the same training loop (``step.train_step``: autocast on CUDA, Adam,
 clipping) on the same batches, from the same weights, with the same dropout draws:
 
 * ``ours (explicit)``: ``aiayn.model.Transformer`` computing softmax(QKᵀ/√d_k)V step by step,
@@ -107,7 +107,7 @@ class TorchTransformer(nn.Module):
 class Trainer:
     """One contender's training state: its model, Adam, gradient scaler and loss.
 
-    ``trainer(batch)`` takes one step: ``training.train_step``, the step ``fit`` takes, without its
+    ``trainer(batch)`` takes one step: ``step.train_step``, the step ``fit`` takes, without its
     per-step finiteness check (a device synchronisation that ``fit`` pays and a benchmark should
     not).
     """

@@ -165,7 +165,7 @@ def training_curves_figure(
     """The learning rate, the training loss and (optionally) an evaluation metric against the step.
 
     Args:
-        history: an ``aiayn.training.History`` (``step``, ``lr``, ``loss`` and ``evals``).
+        history: an ``aiayn.history.History`` (``step``, ``lr``, ``loss`` and ``evals``).
         metric: a key of the dicts in ``history.evals`` to draw in a third panel (e.g. ``"exact match"``).
         metric_label: the y-axis title of that panel; default: ``metric``.
         title: the figure title.
