@@ -1,4 +1,4 @@
-"""aiayn.export: the ONNX graphs equal the PyTorch model, and the manifest's BLEU is that of its files."""
+"""The export (aiayn.onnx_graphs, aiayn.export): the ONNX graphs equal the PyTorch model, the BLEU is its files'."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from conftest import PUBLISHED
 
 from aiayn import export as ex
+from aiayn import onnx_graphs as graphs
 from aiayn.data import BOS, EOS, load_multi30k
 from aiayn.decoding import beam_search, decode_sorted
 
@@ -43,7 +44,7 @@ def test_export_leaves_the_model_in_eval_mode_with_its_attention_path(
     model.train()  # as a model is after training
     heads = [m for m in model.modules() if hasattr(m, "use_fused")]
     assert len(heads) == 6 and all(m.use_fused for m in heads)
-    ex.export_graphs(model, tmp_path)
+    graphs.export_graphs(model, tmp_path)
     assert not any(m.training for m in model.modules())  # dropout is off
     assert all(m.use_fused for m in heads)  # the fast path, as before
     src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 5, 6]])
@@ -105,10 +106,10 @@ def test_the_attention_outputs_are_the_model_s(published, exported, test_ids, on
 
 
 def test_the_manifest_s_bleu_is_that_of_its_files(exported, root):
-    manifest = json.loads((exported / ex.MANIFEST).read_text())
+    manifest = json.loads((exported / graphs.MANIFEST).read_text())
     for name, entry in manifest["files"].items():
         assert (exported / name).stat().st_size == entry["bytes"]
-        assert ex._sha256(exported / name) == entry["sha256"], name
+        assert graphs._sha256(exported / name) == entry["sha256"], name
     assert manifest["page_bytes"] <= 40e6
     pairs = load_multi30k("test2016", root)[:100]
     again = ex.score_files(exported, pairs, int8=True, beams=(1, 4))
@@ -179,7 +180,7 @@ def test_the_json_files_of_an_export_name_no_path(exported):
             for v in value:
                 yield from strings(v)
 
-    for name in (ex.MANIFEST, ex.SETTINGS_JSON, ex.TOKENIZER_JSON):
+    for name in (graphs.MANIFEST, graphs.SETTINGS_JSON, graphs.TOKENIZER_JSON):
         found = [
             s for s in strings(json.loads((exported / name).read_text("utf-8")))
             if absolute.search(s) or any(p in s for p in places)

@@ -32,6 +32,7 @@ EXTRA = ROOT / "_site_extra"  # html_extra_path: copied to the site's root as it
 TRANSLATOR = ROOT / "_site_assets" / "translator"  # served as _static/translator
 PACKAGE = ROOT / "src" / "aiayn"
 EXPORTS = ROOT / "_build" / "translator-export"  # one folder per (weights, exporter)
+EXPORTER = ("export.py", "onnx_graphs.py")  # the exporter's modules: a change to one exports again
 
 # destination folder (relative to _static/vendor) -> glob patterns (relative to node_modules)
 ASSETS = {
@@ -149,7 +150,8 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
 
     Returns the folder and what happened ("reused ...", "exported ...").
     """
-    key = f"{sha256(weights)[:16]}-{sha256(PACKAGE / 'export.py')[:16]}"
+    exporter = hashlib.sha256("".join(sha256(PACKAGE / name) for name in EXPORTER).encode()).hexdigest()
+    key = f"{sha256(weights)[:16]}-{exporter[:16]}"
     out = EXPORTS / key
     if complete(out) and (json.loads((out / "manifest.json").read_text())["bleu"] or data is None):
         return out, f"reused the export of {weights} in {out.relative_to(ROOT)}"

@@ -1,21 +1,9 @@
-"""The translator without PyTorch: ONNX graphs that onnxruntime runs in Python and in a web page.
+"""``python -m aiayn.export [RUN] --out DIR``: the translator as ONNX files for onnxruntime and the book's page.
 
-``python -m aiayn.export [RUN] --out DIR`` writes, for the published model or any run folder:
-
-- ``encoder.onnx``: source ids ``src (batch, src_len)`` -> ``memory (batch, src_len, d_model)`` and
-  ``encoder_attention (N, batch, h, src_len, src_len)``, the weights of every layer and head;
-- ``decoder.onnx``: ``memory``, ``src`` and a ``prefix (batch, tgt_len)`` that starts with ``<bos>``
-  -> ``log_probs (batch, V)`` of the token after the prefix, ``cross_attention
-  (N, batch, h, tgt_len, src_len)`` and ``decoder_attention (N, batch, h, tgt_len, tgt_len)``. It
-  reruns the whole prefix at every step (no cache): simple, and fast enough for one sentence;
-- ``encoder.int8.onnx``, ``decoder.int8.onnx``: the same graphs with int8 weights
-  (``onnxruntime.quantization.quantize_dynamic``), what the book's page downloads;
-- ``tokenizer.json``: the sentencepiece pieces and scores, for the tokenizer the page runs;
-- ``translator.json``: the decoding settings of the run (beam, alpha, output limit);
-- ``manifest.json``: every file's SHA-256 and size, and the BLEU on test 2016 of these exact files.
-
-Below the export, the search the page runs, written once in Python (``greedy``, ``beam_search``,
-``attention``, ``bpe_encode`` ...): ``aiayn/web/translator.mjs`` mirrors these functions one by one.
+It exports the published model or any run folder; ``aiayn.onnx_graphs`` writes the files (its
+docstring lists them). The command scores them on test 2016 with the search the page runs, written
+once in Python (``greedy``, ``beam_search``, ``attention``, ``bpe_encode`` ...):
+``aiayn/web/translator.mjs`` mirrors these functions one by one.
 The tests hold the two equal token for token on the float32 files. On the int8 files they agree on
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
 than its WebAssembly build, and activations quantized on the fly turn such differences into rounding
@@ -29,7 +17,7 @@ one is one ``error: ...`` line with exit status 2. Everything is written into a 
 ``DIR.unfinished-export-<random>``, renamed to DIR at the end: Ctrl-C or a crash leaves the old
 DIR or none, never half an export, and the next export removes such a leftover. Each step says
 what it does; on a terminal, progress bars show the export, the quantization and the scoring
-(``--no-progress``: none). The manifest names no path of the machine that wrote it.
+(``--no-progress``: none).
 """
 
 from __future__ import annotations
@@ -38,10 +26,8 @@ import argparse
 import contextlib
 import fnmatch
 import glob
-import hashlib
 import importlib.util
 import json
-import logging
 import math
 import os
 import re
@@ -54,339 +40,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from . import cli
-from .attention import set_fused
 from .checks import atomic_write
+from .onnx_graphs import (
+    DECODER_OUTPUTS,
+    ENCODER_OUTPUTS,
+    EXPORT_FORMAT,
+    GRAPHS,
+    MANIFEST,
+    SETTINGS_JSON,
+    TOKENIZER_JSON,
+    _bar,
+    _sha256,
+    export,
+    graph_file,
+)
 from .runs import CHECKPOINT, CONFIG, RunFolder, RunFolderError, shown
 from .translation import is_blank, normalise
 
-GRAPHS = ("encoder", "decoder")
-ENCODER_OUTPUTS = ["memory", "encoder_attention"]
-DECODER_OUTPUTS = ["log_probs", "cross_attention", "decoder_attention"]
-MANIFEST = "manifest.json"
-EXPORT_FORMAT = "aiayn-export/1"  # the manifest's "format": how an export is told from others
-TOKENIZER_JSON = "tokenizer.json"
-SETTINGS_JSON = "translator.json"
 BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
-
-
-def graph_file(name: str, int8: bool) -> str:
-    """``encoder.onnx``, ``decoder.int8.onnx`` ..."""
-    return f"{name}.int8.onnx" if int8 else f"{name}.onnx"
-
-
-class _NoBar:
-    """What ``_bar`` gives when no bar is shown."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix_str(self, text: str) -> None:
-        pass
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *error) -> None:
-        pass
-
-
-def _bar(total: int, desc: str, unit: str, progress: bool):
-    """A tqdm bar on a terminal; none with ``progress=False``, off a terminal or without tqdm."""
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm comes with the book's extras
-        return _NoBar()
-    if not progress:
-        return _NoBar()
-    # disable=None: no bar when stderr is not a terminal (a log file, a pipe)
-    return tqdm(total=total, desc=desc, unit=unit, disable=None,
-                dynamic_ncols=True, leave=False)  # fmt: skip
-
-
-@contextlib.contextmanager
-def _quiet(*names: str) -> Iterator[None]:
-    """Hold the loggers ``names`` (``""``: the root) to errors: the exporters' notes are not ours."""
-    loggers = [logging.getLogger(n or None) for n in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
-# --- The graphs -----------------------------------------------------------------------------------
-
-
-class EncoderGraph(nn.Module):
-    """``src`` -> ``memory`` and the encoder's attention weights, the masks built inside.
-
-    The model's own ``encode`` checks shapes in Python, which tracing cannot follow; here the
-    padding mask is one tensor expression. The explicit attention path keeps every layer's weights.
-    """
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: torch.Tensor):
-        m = self.model
-        src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
-        memory = m.encoder(m.src_embed(src), src_mask)  # (B, S, d_model)
-        weights = [layer.self_attn.attn for layer in m.encoder.layers]
-        return memory, torch.stack(weights)  # (N, B, h, S, S)
-
-
-class DecoderGraph(nn.Module):
-    """``memory, src, prefix`` -> log-probabilities of the next token and the decoder's attention."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self, memory: torch.Tensor, src: torch.Tensor, prefix: torch.Tensor
-    ):
-        m = self.model
-        src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
-        T = prefix.size(1)
-        causal = torch.ones(
-            T, T, dtype=torch.bool, device=prefix.device
-        ).tril()
-        tgt_mask = (prefix != m.config.pad_id)[:, None, None, :] & causal
-        x = m.decoder(m.tgt_embed(prefix), memory, src_mask, tgt_mask)
-        log_probs = m.generator(x[:, -1]).float().log_softmax(-1)  # (B, V)
-        layers = m.decoder.layers
-        cross = torch.stack([layer.cross_attn.attn for layer in layers])
-        self_attn = torch.stack([layer.self_attn.attn for layer in layers])
-        # (B, V), (N, B, h, T, S), (N, B, h, T, T)
-        return log_probs, cross, self_attn
-
-
-def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
-    """``torch.onnx.export`` of one graph (the dynamo exporter), inputs named and sized."""
-    program = torch.onnx.export(
-        graph,
-        args,
-        dynamo=True,
-        input_names=names,
-        output_names=outputs,
-        dynamic_shapes=dict(zip(names, shapes, strict=True)),
-        verbose=False,
-    )
-    # torch.onnx keeps each node's Python stack trace, which names this machine's
-    # files; the published graphs carry none (and their bytes do not depend on it)
-    for node in program.model.graph.all_nodes():
-        node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
-    program.save(str(path))
-
-
-def export_graphs(
-    model: nn.Module, out: Path, progress: bool = False
-) -> list[Path]:
-    """Write ``encoder.onnx`` and ``decoder.onnx`` (float32) with symbolic batch and lengths.
-
-    The examples have batch 2 and lengths above 1, so that no dimension is specialised to 0 or 1.
-    The model is left in eval mode (dropout off), with the attention path it had. ``progress``:
-    a bar over the two graphs.
-    """
-    import warnings
-
-    model = model.float().eval()
-    batch = torch.export.Dim("batch", min=1, max=1024)
-    S = torch.export.Dim("src_len", min=1, max=model.config.max_len)
-    T = torch.export.Dim("tgt_len", min=1, max=model.config.max_len)
-    src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 6, 7, 2, 0, 0]])  # (2, 6)
-    prefix = torch.tensor([[1, 5, 6], [1, 7, 8]])  # (2, 3)
-    encoder, decoder = (out / graph_file(n, False) for n in GRAPHS)
-    with (
-        set_fused(model, False),  # the explicit path keeps the weights
-        torch.no_grad(),
-        warnings.catch_warnings(),
-        _quiet("torch.onnx"),
-        _bar(2, "ONNX export", "graph", progress) as bar,
-    ):
-        warnings.simplefilter("ignore")  # the exporter's notes
-        memory = EncoderGraph(model)(src)[0]
-        bar.set_postfix_str(encoder.name)
-        _save_graph(
-            EncoderGraph(model),
-            (src,),
-            ["src"],
-            ENCODER_OUTPUTS,
-            [{0: batch, 1: S}],
-            encoder,
-        )
-        bar.update()
-        bar.set_postfix_str(decoder.name)
-        _save_graph(
-            DecoderGraph(model),
-            (memory, src, prefix),
-            ["memory", "src", "prefix"],
-            DECODER_OUTPUTS,
-            [{0: batch, 1: S}, {0: batch, 1: S}, {0: batch, 1: T}],
-            decoder,
-        )
-        bar.update()
-    model.eval()
-    return [encoder, decoder]
-
-
-def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
-    """int8 copies of both graphs: the weights of every matrix product and the embedding table as
-    int8 with a scale, activations quantized on the fly (``quantize_dynamic``)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    paths = []
-    # onnxruntime advises pre-processing through the root logger, once a graph
-    with _quiet(""), _bar(2, "int8", "graph", progress) as bar:
-        for name in GRAPHS:
-            target = out / graph_file(name, True)
-            bar.set_postfix_str(target.name)
-            quantize_dynamic(
-                out / graph_file(name, False),
-                target,
-                weight_type=QuantType.QInt8,
-            )
-            paths.append(target)
-            bar.update()
-    return paths
-
-
-def tokenizer_record(tokenizer) -> dict[str, Any]:
-    """What the page's tokenizer needs: every piece with its score, the special ids, the rules."""
-    from sentencepiece import sentencepiece_model_pb2
-
-    proto = sentencepiece_model_pb2.ModelProto()
-    proto.ParseFromString(tokenizer.sp.serialized_model_proto())
-    spec = proto.normalizer_spec
-    if proto.trainer_spec.model_type != proto.trainer_spec.BPE:
-        raise ValueError(
-            "the page's tokenizer reads BPE models only, got "
-            f"{proto.trainer_spec.ModelType.Name(proto.trainer_spec.model_type)}"
-        )
-    if spec.name != "identity" or spec.remove_extra_whitespaces:
-        raise ValueError(
-            "the page's tokenizer leaves text as it is: expected the identity normaliser "
-            f"without removing spaces, got {spec.name!r}, "
-            f"remove_extra_whitespaces={spec.remove_extra_whitespaces}"
-        )
-    kinds = {1: "normal", 2: "unknown", 3: "control", 4: "user", 6: "byte"}
-    return {
-        "pieces": [[p.piece, p.score] for p in proto.pieces],
-        "types": [kinds.get(p.type, str(p.type)) for p in proto.pieces],
-        "pad_id": proto.trainer_spec.pad_id,
-        "bos_id": proto.trainer_spec.bos_id,
-        "eos_id": proto.trainer_spec.eos_id,
-        "unk_id": proto.trainer_spec.unk_id,
-        "add_dummy_prefix": spec.add_dummy_prefix,
-    }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _files_entry(out: Path, names: Sequence[str]) -> dict[str, dict]:
-    return {
-        name: {
-            "bytes": (out / name).stat().st_size,
-            "sha256": _sha256(out / name),
-        }
-        for name in names
-    }
-
-
-def export(
-    model: nn.Module,
-    tokenizer,
-    settings: dict[str, Any],
-    out: str | os.PathLike,
-    source: dict[str, Any] | None = None,
-    progress: bool = False,
-    log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Write the graphs, their int8 copies, ``tokenizer.json``, ``translator.json`` and a manifest.
-
-    Args:
-        model: a ``Transformer`` (any dtype: it is exported as float32, and left in eval mode).
-        tokenizer: its ``Tokenizer``.
-        settings: ``beam``, ``length_penalty``, ``max_len_a``, ``max_len_b``, ``max_len``.
-        out: a new or empty folder (created). The command writes into a temporary one and
-            renames it; see ``main``.
-        source: what the weights are (recorded in the manifest).
-        progress: progress bars on a terminal.
-        log: called with a line before and after each step (e.g. ``print``).
-
-    Returns:
-        The manifest (no BLEU yet: ``score_files`` adds it).
-    """
-    import onnx
-    import onnxruntime
-
-    say = log or (lambda line: None)
-    out = Path(out)
-    if out.is_dir() and any(out.iterdir()):
-        names = sorted(p.name for p in out.iterdir())
-        raise ValueError(
-            f"export writes into a new or empty folder, got {out} holding "
-            f"{shown(names)}"
-        )
-    record = tokenizer_record(tokenizer)  # refuses now, not after the graphs
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    say("exporting the float32 graphs (encoder.onnx, decoder.onnx) ...")
-    export_graphs(model, out, progress)
-    say(
-        f"exported the float32 graphs in {time.perf_counter() - started:.0f} s"
-    )
-    step = time.perf_counter()
-    say("quantizing them to int8 (encoder.int8.onnx, decoder.int8.onnx) ...")
-    quantize_graphs(out, progress)
-    say(f"quantized in {time.perf_counter() - step:.0f} s")
-    atomic_write(
-        out / TOKENIZER_JSON,
-        json.dumps(record, ensure_ascii=False).encode(),
-    )
-    atomic_write(
-        out / SETTINGS_JSON, json.dumps(settings, indent=1).encode()
-    )
-    names = [graph_file(n, q) for q in (False, True) for n in GRAPHS]
-    manifest = {
-        "format": EXPORT_FORMAT,
-        "what": "the translator as ONNX graphs (aiayn.export); the page downloads the int8 files",
-        "source": source or {},
-        "settings": settings,
-        "inputs": {
-            "encoder": ["src"],
-            "decoder": ["memory", "src", "prefix"],
-        },
-        "outputs": {"encoder": ENCODER_OUTPUTS, "decoder": DECODER_OUTPUTS},
-        "versions": {
-            "torch": torch.__version__,
-            "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__,
-        },
-        "export_s": round(time.perf_counter() - started, 1),
-        "files": _files_entry(out, [*names, TOKENIZER_JSON, SETTINGS_JSON]),
-        "page_bytes": sum(
-            (out / n).stat().st_size
-            for n in (*names[2:], TOKENIZER_JSON, SETTINGS_JSON)
-        ),
-        "bleu": {},
-    }
-    atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
-    return manifest
 
 
 # --- The search the page runs, in Python ------------------------------------------------------------
