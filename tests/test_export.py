@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import PUBLISHED
 
-from aiayn import export as ex
 from aiayn import onnx_graphs as graphs
+from aiayn import onnx_translator as tr
 from aiayn.data import BOS, EOS, load_multi30k
 from aiayn.decoding import beam_search, decode_sorted
 
@@ -19,7 +19,7 @@ SETTINGS = json.loads((PUBLISHED / "config.json").read_text())
 
 
 def _limit(ids: list[int]) -> int:
-    return ex.output_limit(len(ids), SETTINGS)
+    return tr.output_limit(len(ids), SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +63,10 @@ def test_the_graphs_take_any_batch_and_length(exported):
 
 def test_the_float32_graphs_decode_as_pytorch_greedy(published, exported, test_ids, one_thread):
     model, _ = published
-    vocab = ex.Vocabulary.load(exported)
-    onnx_model = ex.OnnxModel(exported, int8=False)
+    vocab = tr.Vocabulary.load(exported)
+    onnx_model = tr.OnnxModel(exported, int8=False)
     expected = decode_sorted(model, test_ids, BOS, EOS, beam_size=1)
-    got = [ex.greedy(onnx_model, vocab, ids, _limit(ids)) for ids in test_ids]
+    got = [tr.greedy(onnx_model, vocab, ids, _limit(ids)) for ids in test_ids]
     same = sum(g == e for g, e in zip(got, expected, strict=True))
     assert same == len(test_ids) == 100
 
@@ -75,12 +75,12 @@ def test_the_python_beam_search_over_the_graphs_is_aiayn_decoding_s(
     published, exported, test_ids, one_thread
 ):
     model, _ = published
-    vocab = ex.Vocabulary.load(exported)
-    onnx_model = ex.OnnxModel(exported, int8=False)
+    vocab = tr.Vocabulary.load(exported)
+    onnx_model = tr.OnnxModel(exported, int8=False)
     alpha = SETTINGS["length_penalty"]
     for ids in test_ids[:25]:
         limit = _limit(ids)
-        ours = ex.beam_search(onnx_model, vocab, ids, limit, 4, alpha)
+        ours = tr.beam_search(onnx_model, vocab, ids, limit, 4, alpha)
         theirs = beam_search(
             model, torch.tensor([ids]), None, [limit], BOS, EOS, 4, alpha
         ).tokens[0].tolist()
@@ -93,13 +93,13 @@ def test_the_attention_outputs_are_the_model_s(published, exported, test_ids, on
     from aiayn.viz import model_attention
 
     model, tokenizer = published
-    vocab = ex.Vocabulary.load(exported)
-    onnx_model = ex.OnnxModel(exported, int8=False)
+    vocab = tr.Vocabulary.load(exported)
+    onnx_model = tr.OnnxModel(exported, int8=False)
     ids = test_ids[0]
-    ys = ex.greedy(onnx_model, vocab, ids, _limit(ids))
+    ys = tr.greedy(onnx_model, vocab, ids, _limit(ids))
     source = tokenizer.decode(ids)
     maps, _ = model_attention(model, tokenizer, source, tokenizer.decode(ys))
-    ours = ex.attention(onnx_model, ids, ys)
+    ours = tr.attention(onnx_model, ids, ys)
     for kind in ("encoder", "cross", "decoder_self"):
         expected = torch.stack([w[0] for w in maps[kind]]).numpy()
         np.testing.assert_allclose(ours[kind], expected, atol=1e-5)
@@ -112,7 +112,7 @@ def test_the_manifest_s_bleu_is_that_of_its_files(exported, root):
         assert graphs._sha256(exported / name) == entry["sha256"], name
     assert manifest["page_bytes"] <= 40e6
     pairs = load_multi30k("test2016", root)[:100]
-    again = ex.score_files(exported, pairs, int8=True, beams=(1, 4))
+    again = tr.score_files(exported, pairs, int8=True, beams=(1, 4))
     for key in ("beam1", "beam4"):
         stored = manifest["bleu"][f"int8.{key}"]
         assert stored["sentences"] == 100
@@ -124,41 +124,41 @@ def test_the_manifest_s_bleu_is_that_of_its_files(exported, root):
 
 def test_bpe_encode_is_sentencepiece(published, exported, root):
     _, tokenizer = published
-    vocab = ex.Vocabulary.load(exported)
+    vocab = tr.Vocabulary.load(exported)
     odd = ["", "  ", "\U0001f600\U0001f389", "ab\U0001f600\U0001f600cd", "<unk>", "\t\n",
            "Straße über Öl", " führt", "x  y"]
     sentences = [s for split in ("val", "test2016") for s, _ in load_multi30k(split, root)]
     for text in sentences + odd:
         ids = tokenizer.encode(text)
-        assert ex.bpe_encode(vocab, text) == ids, text
-        assert ex.detokenize(vocab, ids) == tokenizer.decode(ids), text
+        assert tr.bpe_encode(vocab, text) == ids, text
+        assert tr.detokenize(vocab, ids) == tokenizer.decode(ids), text
 
 
 def test_sentences_with_nothing_known_or_too_long_are_named(exported):
-    vocab = ex.Vocabulary.load(exported)
-    assert ex.source_ids(vocab, "", 256) is None
-    assert ex.source_ids(vocab, "\U0001f600 \U0001f389", 256) is None
-    assert ex.source_ids(vocab, "Ein Mann.", 256)[-1] == vocab.eos_id
+    vocab = tr.Vocabulary.load(exported)
+    assert tr.source_ids(vocab, "", 256) is None
+    assert tr.source_ids(vocab, "\U0001f600 \U0001f389", 256) is None
+    assert tr.source_ids(vocab, "Ein Mann.", 256)[-1] == vocab.eos_id
     with pytest.raises(ValueError, match="pieces \\+ <eos>, the model reads at most 256"):
-        ex.source_ids(vocab, "Hund " * 300, 256)
+        tr.source_ids(vocab, "Hund " * 300, 256)
 
 
 def test_export_reads_odd_input_as_translation_does(published, exported):
-    """Decomposed umlauts, runs of whitespace, non-breaking and zero-width characters: export.source_ids (the
+    """Decomposed umlauts, runs of whitespace, non-breaking and zero-width characters: onnx_translator.source_ids (the
     page's twin) and translation.source_ids (sentencepiece) give the same ids, or both None."""
     from test_web_js import ODD_INPUT
 
     from aiayn.translation import source_ids
 
     _, tokenizer = published
-    vocab = ex.Vocabulary.load(exported)
+    vocab = tr.Vocabulary.load(exported)
     for text in ODD_INPUT:
-        assert ex.source_ids(vocab, text, 256) == source_ids(tokenizer, [text], 256)[0], repr(text)
-    composed = ex.source_ids(vocab, "Zwei Mädchen überqueren die Brücke.", 256)
-    assert ex.source_ids(vocab, "Zwei Ma\u0308dchen u\u0308berqueren die Bru\u0308cke.", 256) == composed
-    assert ex.source_ids(vocab, " Ein \t Mann.\n", 256) == ex.source_ids(vocab, "Ein Mann.", 256)
+        assert tr.source_ids(vocab, text, 256) == source_ids(tokenizer, [text], 256)[0], repr(text)
+    composed = tr.source_ids(vocab, "Zwei Mädchen überqueren die Brücke.", 256)
+    assert tr.source_ids(vocab, "Zwei Ma\u0308dchen u\u0308berqueren die Bru\u0308cke.", 256) == composed
+    assert tr.source_ids(vocab, " Ein \t Mann.\n", 256) == tr.source_ids(vocab, "Ein Mann.", 256)
     for blank in ("\u00a0", "\u200b\u2060\ufeff", " \u200c \u200d\t"):
-        assert ex.source_ids(vocab, blank, 256) is None, repr(blank)
+        assert tr.source_ids(vocab, blank, 256) is None, repr(blank)
 
 
 def test_the_json_files_of_an_export_name_no_path(exported):

@@ -1,4 +1,4 @@
-"""The page's translator, aiayn/web/translator.mjs, is aiayn.export's search: Node runs it on the same files.
+"""The page's translator, aiayn/web/translator.mjs, is aiayn.onnx_translator: Node runs it on the same files.
 
 Python writes what it gets to a JSON file (sentencepiece's ids and texts; ``greedy``, ``beam_search`` and
 ``attention`` over the float32 and the int8 graphs), then ``node --test`` runs tests/js/*.test.mjs against
@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import PUBLISHED
 
-from aiayn import export as ex
+from aiayn import onnx_translator as tr
 from aiayn.data import Tokenizer, load_multi30k
+from aiayn.onnx_graphs import SETTINGS_JSON
 from aiayn.translation import ZERO_WIDTH, is_blank, normalise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,33 +59,33 @@ def normalise_cases() -> dict:
     }
 
 
-def _source_case(vocab: ex.Vocabulary, text: str, max_len: int) -> dict:
+def _source_case(vocab: tr.Vocabulary, text: str, max_len: int) -> dict:
     case = {"text": text, "max_len": max_len}
     try:
-        return {**case, "ids": ex.source_ids(vocab, text, max_len)}
+        return {**case, "ids": tr.source_ids(vocab, text, max_len)}
     except ValueError as err:
         return {**case, "error": str(err)}
 
 
 def _searched(folder: Path, kind: str, sentences: list[dict]):
     """Greedy and beam search of the sentences on one kind of graph, and the attention of two."""
-    settings = json.loads((folder / ex.SETTINGS_JSON).read_text())
-    vocab = ex.Vocabulary.load(folder)
-    model = ex.OnnxModel(folder, int8=kind == "int8", threads=1)
+    settings = json.loads((folder / SETTINGS_JSON).read_text())
+    vocab = tr.Vocabulary.load(folder)
+    model = tr.OnnxModel(folder, int8=kind == "int8", threads=1)
     beam, alpha = settings["beam"], settings["length_penalty"]
     found, maps = [], []
     for s in sentences[: SENTENCES[kind]]:
         src, limit = s["src"], s["limit"]
-        ys = ex.beam_search(model, vocab, src, limit, beam, alpha)
+        ys = tr.beam_search(model, vocab, src, limit, beam, alpha)
         found.append(
             {
-                "greedy": ex.greedy(model, vocab, src, limit),
+                "greedy": tr.greedy(model, vocab, src, limit),
                 "beam": ys,
-                "beam_text": ex.detokenize(vocab, ys),
+                "beam_text": tr.detokenize(vocab, ys),
             }
         )
         if len(maps) < 2:
-            weights = ex.attention(model, src, ys)
+            weights = tr.attention(model, src, ys)
             maps.append({"src": src, "ys": ys} | _lists(weights))
     return found, maps
 
@@ -97,8 +98,8 @@ def _lists(weights: dict) -> dict:
 def cases(exported, root, tmp_path_factory) -> Path:
     """Python's outputs for the Node tests, in ``cases.json`` in a temporary folder."""
     tokenizer = Tokenizer(PUBLISHED / "tokenizer.model")
-    vocab = ex.Vocabulary.load(exported)
-    settings = json.loads((exported / ex.SETTINGS_JSON).read_text())
+    vocab = tr.Vocabulary.load(exported)
+    settings = json.loads((exported / SETTINGS_JSON).read_text())
     val, test = (load_multi30k(s, root) for s in ("val", "test2016"))
     tokens = []
     for text in [text for pair in val + test for text in pair] + ODD:
@@ -112,7 +113,7 @@ def cases(exported, root, tmp_path_factory) -> Path:
     sentences = []
     for text, _ in test[-max(SENTENCES.values()) :]:
         src = tokenizer.encode(text) + [vocab.eos_id]
-        limit = ex.output_limit(len(src), settings)
+        limit = tr.output_limit(len(src), settings)
         sentences.append({"text": text, "src": src, "limit": limit})
     record = {"tokens": tokens, "sources": sources, "sentences": sentences}
     runs, record["attention"] = {}, {}

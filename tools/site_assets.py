@@ -32,7 +32,7 @@ EXTRA = ROOT / "_site_extra"  # html_extra_path: copied to the site's root as it
 TRANSLATOR = ROOT / "_site_assets" / "translator"  # served as _static/translator
 PACKAGE = ROOT / "src" / "aiayn"
 EXPORTS = ROOT / "_build" / "translator-export"  # one folder per (weights, exporter)
-EXPORTER = ("export.py", "onnx_graphs.py")  # the exporter's modules: a change to one exports again
+EXPORTER = ("export.py", "onnx_graphs.py", "onnx_translator.py")  # a change to one exports again
 
 # destination folder (relative to _static/vendor) -> glob patterns (relative to node_modules)
 ASSETS = {

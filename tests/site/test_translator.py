@@ -59,7 +59,7 @@ def built_model(site) -> Path:
 
 def python_twin(model_files: Path):
     """aiayn.export over the site's own files: the model, vocabulary, settings and the sentence's ids."""
-    from aiayn.export import OnnxModel, Vocabulary, source_ids
+    from aiayn.onnx_translator import OnnxModel, Vocabulary, source_ids
 
     vocab = Vocabulary.load(model_files)
     settings = json.loads((model_files / "translator.json").read_text())
@@ -68,7 +68,7 @@ def python_twin(model_files: Path):
 
 
 def _expected(twin, beam: int):
-    from aiayn.export import attention, detokenize, translate_ids
+    from aiayn.onnx_translator import attention, detokenize, translate_ids
 
     model, vocab, settings, ids = twin
     ys = translate_ids(model, vocab, ids, settings, beam)
@@ -239,7 +239,7 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
 
 def english_of(twin, text: str, beam: int) -> str:
     """aiayn.export's English for ``text`` over the site's files."""
-    from aiayn.export import detokenize, source_ids, translate_ids
+    from aiayn.onnx_translator import detokenize, source_ids, translate_ids
 
     model, vocab, settings, _ = twin
     ids = source_ids(vocab, text, settings["max_len"])

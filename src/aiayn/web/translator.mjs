@@ -1,4 +1,4 @@
-// The search the page runs: aiayn/export.py's reference, function by
+// The search the page runs: aiayn/onnx_translator.py's reference, function by
 // function (bpe_encode -> bpeEncode ...), in the same order, with the same
 // arguments. No DOM: the page and the Node tests pass onnxruntime-web in.
 // Shapes: S source ids, T prefix ids, K beams, V = 8000 ids, d = d_model,

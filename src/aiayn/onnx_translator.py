@@ -1,0 +1,360 @@
+"""The search the page runs, in Python: ``aiayn/web/translator.mjs`` mirrors it function by function.
+
+The page reads the files of an export (``aiayn.onnx_graphs``) and runs them with onnxruntime:
+``OnnxModel`` holds the two graphs, ``Vocabulary``, ``bpe_encode``, ``source_ids`` and ``detokenize``
+are its tokenizer, ``greedy`` and ``beam_search`` its search, ``attention`` the weights it draws.
+``score_files`` is the BLEU that ``python -m aiayn.export`` records in the manifest. Each function has
+a twin of the same name in translator.mjs, camelCase there (``beam_search`` is ``beamSearch``).
+
+The tests hold the two equal token for token on the float32 files. On the int8 files they agree on
+about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
+than its WebAssembly build, and activations quantized on the fly turn such differences into rounding
+steps. Both are as far from float32; the manifest's BLEU is the Python one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .onnx_graphs import (
+    DECODER_OUTPUTS,
+    ENCODER_OUTPUTS,
+    GRAPHS,
+    SETTINGS_JSON,
+    TOKENIZER_JSON,
+    _bar,
+    graph_file,
+)
+from .translation import is_blank, normalise
+
+BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
+
+
+class OnnxModel:
+    """The two graphs in onnxruntime sessions, one thread unless told otherwise."""
+
+    def __init__(
+        self, folder: str | os.PathLike, int8: bool = True, threads: int = 1
+    ):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        folder = Path(folder)
+        self.encoder, self.decoder = (
+            ort.InferenceSession(
+                str(folder / graph_file(name, int8)),
+                options,
+                providers=["CPUExecutionProvider"],
+            )
+            for name in GRAPHS
+        )
+
+    def encode(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
+        return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
+
+    def decode(self, memory, src, prefix) -> tuple[np.ndarray, ...]:
+        """``log_probs (rows, V)``, ``cross_attention``, ``decoder_attention``."""
+        feed = {"memory": memory, "src": src, "prefix": prefix}
+        return tuple(self.decoder.run(DECODER_OUTPUTS, feed))
+
+
+class Vocabulary:
+    """``tokenizer.json`` read back: pieces, scores and the special ids."""
+
+    def __init__(self, record: dict[str, Any]):
+        self.pieces = [p for p, _ in record["pieces"]]
+        self.scores = {p: s for p, s in record["pieces"]}
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self.normal = {
+            p
+            for p, kind in zip(self.pieces, record["types"], strict=True)
+            if kind in ("normal", "user")
+        }
+        self.pad_id, self.bos_id = record["pad_id"], record["bos_id"]
+        self.eos_id, self.unk_id = record["eos_id"], record["unk_id"]
+        self.add_dummy_prefix = record["add_dummy_prefix"]
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> Vocabulary:
+        return cls(
+            json.loads((Path(folder) / TOKENIZER_JSON).read_text("utf-8"))
+        )
+
+
+def bpe_encode(vocab: Vocabulary, text: str) -> list[int]:
+    """sentencepiece's BPE: spaces become "▁", then merge the best-scoring neighbours until none is a piece."""
+    text = text.replace(" ", BOUNDARY)
+    if vocab.add_dummy_prefix and text:
+        text = BOUNDARY + text
+    symbols = list(text)  # one symbol per character (code point)
+    while len(symbols) > 1:
+        best, at = -math.inf, -1
+        for i in range(len(symbols) - 1):
+            pair = symbols[i] + symbols[i + 1]
+            score = vocab.scores.get(pair, -math.inf)
+            if (
+                pair in vocab.normal and score > best
+            ):  # the leftmost of equal scores
+                best, at = score, i
+        if at < 0:
+            break
+        symbols[at : at + 2] = [symbols[at] + symbols[at + 1]]
+    ids = []
+    for s in symbols:
+        i = vocab.ids[s] if s in vocab.normal else vocab.unk_id
+        if not (i == vocab.unk_id and ids and ids[-1] == vocab.unk_id):
+            ids.append(i)  # a run of unknown characters is one <unk>
+    return ids
+
+
+def source_ids(
+    vocab: Vocabulary, text: str, max_len: int
+) -> list[int] | None:
+    """The ids the encoder reads, ``<eos>`` last; ``None`` when there is nothing to translate.
+
+    As ``aiayn.translation.source_ids``: the text is read as ``normalise`` gives it (NFC, whitespace
+    collapsed and trimmed); a blank one (``is_blank``) or one with no known piece gives ``None``; a
+    sentence too long for the model's positions is refused.
+    """
+    if is_blank(text):
+        return None
+    ids = bpe_encode(vocab, normalise(text))
+    boundary = vocab.ids.get(BOUNDARY)
+    if all(i in (vocab.unk_id, boundary) for i in ids):
+        return None
+    if len(ids) + 1 > max_len:
+        raise ValueError(
+            f"the sentence has {len(ids)} pieces + <eos>, the model reads at most {max_len}"
+        )
+    return ids + [vocab.eos_id]
+
+
+def detokenize(vocab: Vocabulary, ids: Sequence[int]) -> str:
+    """Pieces back to text, as sentencepiece decodes them (special ids dropped)."""
+    specials = (vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    pieces = [
+        " \u2047 " if i == vocab.unk_id else vocab.pieces[i]
+        for i in ids
+        if i not in specials
+    ]
+    text = "".join(pieces).replace(BOUNDARY, " ")
+    return (
+        text[1:] if vocab.add_dummy_prefix and text.startswith(" ") else text
+    )
+
+
+def output_limit(src_len: int, settings: dict[str, Any]) -> int:
+    """Most columns of the output, ``<bos>`` included: ``min(int(a·S + b) + 1, max_len)``."""
+    a, b = settings["max_len_a"], settings["max_len_b"]
+    return min(int(a * src_len + b) + 1, settings["max_len"])
+
+
+def greedy(
+    model: OnnxModel, vocab: Vocabulary, src_ids: list[int], limit: int
+) -> list[int]:
+    """The most probable token at every step: ``<bos>`` first, ``<eos>`` last (unless cut at ``limit``)."""
+    src = np.array([src_ids], dtype=np.int64)  # (1, S)
+    memory, _ = model.encode(src)
+    ys = [vocab.bos_id]
+    while len(ys) < limit:
+        log_probs = model.decode(
+            memory, src, np.array([ys], dtype=np.int64)
+        )[0]
+        token = int(np.argmax(log_probs[0]))  # the first of equal maxima
+        ys.append(token)
+        if token == vocab.eos_id:
+            break
+    return ys
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting generated tokens."""
+    return ((5 + length) / 6) ** alpha
+
+
+def beam_search(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    src_ids: list[int],
+    limit: int,
+    beam: int = 4,
+    alpha: float = 0.6,
+) -> list[int]:
+    """``aiayn.decoding.beam_search`` for one sentence: K prefixes ranked by log P / lp.
+
+    A beam that wrote ``<eos>`` keeps its score and competes with the live ones; the search ends
+    when every beam has finished or the prefixes reach ``limit`` columns. Sums are in float64.
+    """
+    src = np.array([src_ids] * beam, dtype=np.int64)  # (K, S)
+    memory, _ = model.encode(src[:1])
+    memory = np.repeat(memory, beam, axis=0)  # (K, S, d_model)
+    beams = [[vocab.bos_id] for _ in range(beam)]
+    log_p = [0.0] + [-math.inf] * (
+        beam - 1
+    )  # only the first may expand at first
+    lengths = [0] * beam
+    finished = [limit <= 1] * beam
+    while not all(finished):
+        token_log_p = model.decode(
+            memory, src, np.array(beams, dtype=np.int64)
+        )[0]
+        candidates = []  # (score, log P, length, beam, token)
+        for k in range(beam):
+            if finished[k]:  # one continuation: padding, which costs nothing
+                score = log_p[k] / length_penalty(lengths[k], alpha)
+                candidates.append(
+                    (score, log_p[k], lengths[k], k, vocab.pad_id)
+                )
+                continue
+            total = log_p[k] + token_log_p[k].astype(np.float64)  # (V,)
+            scores = total / length_penalty(lengths[k] + 1, alpha)
+            for v in np.argsort(-scores, kind="stable")[:beam]:
+                candidates.append(
+                    (scores[v], total[v], lengths[k] + 1, k, int(v))
+                )
+        candidates.sort(
+            key=lambda c: -c[0]
+        )  # stable: equal scores keep beam order
+        chosen = candidates[:beam]
+        beams = [beams[k] + [token] for _, _, _, k, token in chosen]
+        finished = [
+            finished[k] or token == vocab.eos_id
+            for _, _, _, k, token in chosen
+        ]
+        log_p = [c[1] for c in chosen]
+        lengths = [c[2] for c in chosen]
+        if len(beams[0]) >= limit:
+            finished = [True] * beam
+    scores = [
+        lp / length_penalty(n, alpha)
+        for lp, n in zip(log_p, lengths, strict=True)
+    ]
+    best = beams[scores.index(max(scores))]
+    while best[-1] == vocab.pad_id:
+        best.pop()
+    return best
+
+
+def attention(
+    model: OnnxModel, src_ids: list[int], ys: list[int]
+) -> dict[str, np.ndarray]:
+    """The attention of a translation ``ys`` (``<bos>`` first), re-read with teacher forcing.
+
+    Returns ``{"encoder": (N, h, S, S), "cross": (N, h, T, S), "decoder_self": (N, h, T, T)}``
+    with T = ``len(ys) - 1``: row t is the step that wrote ``ys[t + 1]``.
+    """
+    src = np.array([src_ids], dtype=np.int64)
+    memory, encoder = model.encode(src)
+    _, cross, self_attn = model.decode(
+        memory, src, np.array([ys[:-1]], dtype=np.int64)
+    )
+    return {
+        "encoder": encoder[:, 0],
+        "cross": cross[:, 0],
+        "decoder_self": self_attn[:, 0],
+    }
+
+
+def translate_ids(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    src_ids: list[int],
+    settings: dict[str, Any],
+    beam: int | None = None,
+) -> list[int]:
+    """Greedy (``beam=1``) or beam search with the run's settings; ``<bos>`` first."""
+    beam = settings["beam"] if beam is None else beam
+    limit = output_limit(len(src_ids), settings)
+    if beam == 1:
+        return greedy(model, vocab, src_ids, limit)
+    return beam_search(
+        model, vocab, src_ids, limit, beam, settings["length_penalty"]
+    )
+
+
+def translate(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    sentences: Sequence[str],
+    settings: dict[str, Any],
+    beam: int | None = None,
+    workers: int = 1,
+    progress: bool = False,
+    desc: str = "translate",
+) -> list[str]:
+    """Translate ``sentences`` one by one (``workers`` at a time); a sentence with no known piece gives ``""``.
+
+    ``progress``: a bar over the sentences, named ``desc``.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(text: str) -> str:
+        ids = source_ids(vocab, text, settings["max_len"])
+        if ids is None:
+            return ""
+        return detokenize(
+            vocab, translate_ids(model, vocab, ids, settings, beam)
+        )
+
+    pool = ThreadPoolExecutor(workers)  # onnxruntime releases the GIL
+    outputs = []
+    try:
+        with _bar(len(sentences), desc, "sentence", progress) as bar:
+            for text in pool.map(one, sentences):
+                outputs.append(text)
+                bar.update()
+    finally:  # on Ctrl-C, the sentences not started are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
+    return outputs
+
+
+def score_files(
+    folder: str | os.PathLike,
+    pairs: Sequence[tuple[str, str]],
+    int8: bool = True,
+    beams: Sequence[int] = (1, 4),
+    workers: int = 2,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs.
+
+    ``progress``: a bar over the sentences of each beam size.
+    """
+    from sacrebleu.metrics import BLEU
+
+    folder = Path(folder)
+    settings = json.loads((folder / SETTINGS_JSON).read_text())
+    model, vocab = OnnxModel(folder, int8), Vocabulary.load(folder)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    scores = {}
+    for beam in beams:
+        started = time.perf_counter()
+        name = f"{'int8' if int8 else 'fp32'} beam{beam}"
+        hypotheses = translate(
+            model, vocab, sources, settings, beam, workers, progress, name
+        )
+        bleu = BLEU()
+        scores[f"beam{beam}"] = {
+            "bleu": round(
+                bleu.corpus_score(hypotheses, [references]).score, 2
+            ),
+            "signature": str(bleu.get_signature()),
+            "sentences": len(pairs),
+            "length_penalty": settings["length_penalty"]
+            if beam > 1
+            else None,
+            "decode_s": round(time.perf_counter() - started, 1),
+            "hypotheses": hypotheses,
+        }
+    return scores
