@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from . import cli
-from .checks import atomic_write
+from .checks import atomic_write, sha256_file
 from .onnx_graphs import (
     EXPORT_FORMAT,
     MANIFEST,
-    _sha256,
     export,
 )
 from .onnx_translator import score_files
@@ -237,7 +236,7 @@ def _load(kind: str, path: Path, default: bool):
         published.config,
         published.tokenizer,
         published.model,
-        {"weights": weights.name, "sha256": _sha256(weights)},
+        {"weights": weights.name, "sha256": sha256_file(weights)[1]},
     )
 
 

@@ -22,7 +22,6 @@ arguments first, writes into a staged folder and scores the files with the searc
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -35,7 +34,7 @@ import torch
 from torch import nn
 
 from .attention import set_fused
-from .checks import atomic_write
+from .checks import atomic_write, sha256_file
 from .runs import shown
 
 GRAPHS = ("encoder", "decoder")
@@ -263,22 +262,12 @@ def tokenizer_record(tokenizer) -> dict[str, Any]:
     }
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _files_entry(out: Path, names: Sequence[str]) -> dict[str, dict]:
-    return {
-        name: {
-            "bytes": (out / name).stat().st_size,
-            "sha256": _sha256(out / name),
-        }
-        for name in names
-    }
+    entries = {}
+    for name in names:
+        size, digest = sha256_file(out / name)
+        entries[name] = {"bytes": size, "sha256": digest}
+    return entries
 
 
 def export(
