@@ -2,7 +2,7 @@
 
 A chapter calls ``show_source(MultiHeadAttention.forward)``; the notebook stores the code as a highlighted
 Markdown block, so the website shows exactly what ``aiayn`` runs. ``show_js("beamSearch")`` does the same for
-a function of the JavaScript the website runs (``aiayn/web/translator.mjs``, the twin of ``aiayn.export``).
+a function of the JavaScript the website runs (``aiayn/web/translator.mjs``, the twin of ``aiayn.onnx_translator``).
 nbval re-runs the cell, and a test in ``tests/test_book.py`` re-reads every shown block, so a block that no
 longer matches the package fails.
 
@@ -251,7 +251,7 @@ def show_source(obj: object, docstring: bool = False) -> SourceBlock:
 # --- The JavaScript the website runs ---------------------------------------------------------------
 
 JS_FILE = "web/translator.mjs"
-"""The page's twin of ``aiayn.export``'s search, shipped inside the package."""
+"""The page's twin of ``aiayn.onnx_translator``, shipped inside the package."""
 
 
 def _js_definition(name: str) -> re.Pattern:
@@ -312,7 +312,7 @@ def show_js(
 ) -> SourceBlock:
     """Return the JavaScript function or class ``name`` as a block that notebooks render as code.
 
-    The page's search (``aiayn/web/translator.mjs``) mirrors ``aiayn.export`` function by
+    The page's search (``aiayn/web/translator.mjs``) mirrors ``aiayn.onnx_translator`` function by
     function; a chapter shows the two side by side, ``show_source`` for the Python and this for
     the JavaScript. Lines wider than ``WIDTH`` are wrapped for display (``wrap_code``).
 

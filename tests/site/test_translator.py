@@ -1,7 +1,7 @@
 """Chapter 11.4: the translator that runs in the reader's browser, driven in Chromium.
 
 With the model in the built site (``make book`` with ``$AIAYN_MODEL``), the page must give, for a sentence of
-its reader's, the English that ``aiayn.export`` gives in Python for the same int8 files, greedy and with beam
+its reader's, the English that ``aiayn.onnx_translator`` gives in Python for the same int8 files, greedy and with beam
 search; draw that sentence's attention and redraw it for another layer and head; refuse bad input with a
 message that leaves no earlier answer on screen; read a sentence as Python does (umlauts composed, whitespace
 collapsed); offer sentences the model knows and one it does not; search off the main thread, so that no task
@@ -58,7 +58,7 @@ def built_model(site) -> Path:
 
 
 def python_twin(model_files: Path):
-    """aiayn.export over the site's own files: the model, vocabulary, settings and the sentence's ids."""
+    """aiayn.onnx_translator over the site's own files: the model, vocabulary, settings and the sentence's ids."""
     from aiayn.onnx_translator import OnnxModel, Vocabulary, source_ids
 
     vocab = Vocabulary.load(model_files)
@@ -238,7 +238,7 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
 
 
 def english_of(twin, text: str, beam: int) -> str:
-    """aiayn.export's English for ``text`` over the site's files."""
+    """aiayn.onnx_translator's English for ``text`` over the site's files."""
     from aiayn.onnx_translator import detokenize, source_ids, translate_ids
 
     model, vocab, settings, _ = twin
