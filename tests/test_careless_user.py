@@ -23,9 +23,9 @@ from aiayn.data import load_multi30k
 from aiayn.published import load_published
 from aiayn.recipes import train
 from aiayn.runs import RunFolder
+from aiayn.scoring import evaluate
 from aiayn.translation import (
     average_checkpoints,
-    evaluate,
     is_blank,
     source_ids,
     translate,

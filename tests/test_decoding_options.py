@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from aiayn import translation
+from aiayn import scoring, translation
 from aiayn.cli import UsageError
 from aiayn.decoding import (
     beam_search,
@@ -26,10 +26,10 @@ from aiayn.decoding import (
 from aiayn.evaluate import _parser
 from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.scoring import evaluate
 from aiayn.translation import (
     cpu_has_native_bf16,
     describe_decoding,
-    evaluate,
     int8_copy,
     translate,
 )
@@ -169,10 +169,10 @@ def test_settings_with_an_option_are_kept_apart():
 
     cfg = TrainConfig()
     args = (cfg, "val", cfg.beam, cfg.length_penalty, cfg.test_subset, True)
-    assert translation.setting_name(*args) == "val"
-    assert translation.setting_name(*args, "int8") == "val.int8"
-    assert translation.setting_name(*args, None, torch.bfloat16) == "val.bf16"
-    assert translation.setting_name(*args, None, None) == "val.fp32"
+    assert scoring.setting_name(*args) == "val"
+    assert scoring.setting_name(*args, "int8") == "val.int8"
+    assert scoring.setting_name(*args, None, torch.bfloat16) == "val.bf16"
+    assert scoring.setting_name(*args, None, None) == "val.fp32"
 
 
 def test_evaluate_refuses_bad_options_before_decoding(tmp_path):

@@ -21,8 +21,9 @@ from aiayn.decoding import gnmt_length_penalty, length_penalty_limit
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
+from aiayn.scoring import evaluate
 from aiayn.training import fit
-from aiayn.translation import evaluate, translate
+from aiayn.translation import translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

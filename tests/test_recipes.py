@@ -30,10 +30,10 @@ from aiayn.model import Transformer, TransformerConfig
 from aiayn.presets import PRESETS, TrainConfig, get_preset
 from aiayn.recipes import train
 from aiayn.runs import ResumeError
+from aiayn.scoring import evaluate
 from aiayn.step import amp_dtype_for
 from aiayn.translation import (
     average_checkpoints,
-    evaluate,
     load_run,
     translate,
 )

@@ -21,7 +21,8 @@ from aiayn import release as R
 from aiayn.data import load_multi30k
 from aiayn.presets import PRESETS
 from aiayn.recipes import train
-from aiayn.translation import evaluate, load_run, translate
+from aiayn.scoring import evaluate
+from aiayn.translation import load_run, translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

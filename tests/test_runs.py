@@ -19,7 +19,8 @@ from aiayn import train as train_cli
 from aiayn.presets import PRESETS
 from aiayn.recipes import train
 from aiayn.runs import ResumeError, RunFolder, RunFolderError
-from aiayn.translation import evaluate, load_run
+from aiayn.scoring import evaluate
+from aiayn.translation import load_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

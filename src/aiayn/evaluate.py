@@ -6,7 +6,7 @@
 
 Each decoding setting keeps its own entry in ``results.json`` and its own translations file:
 ``test2016.hyp.en`` for the run's own setting, ``test2016.beam1.hyp.en`` for greedy decoding, and so on
-(``aiayn.translation.setting_name``). ``--out`` writes them elsewhere (the run folder is only read).
+(``aiayn.scoring.setting_name``). ``--out`` writes them elsewhere (the run folder is only read).
 ``--quantize int8`` (CPU only) and ``--amp bf16`` (a GPU, or a CPU with native bfloat16) decode
 faster and change a few translations; each is a setting of its own (``test2016.int8``).
 A folder that ``python -m aiayn.train`` did not write (the published model, a release) is never
@@ -24,7 +24,8 @@ import torch
 
 from . import cli
 from .data import SPLITS
-from .translation import QUANTIZE, EvalResult, evaluate
+from .scoring import EvalResult, evaluate
+from .translation import QUANTIZE
 
 # --amp: the autocast dtype of decoding ("config": the run's amp setting)
 AMP = {
