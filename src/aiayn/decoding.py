@@ -65,6 +65,7 @@ from .decoding_common import (
 from .kv_cache import new_cache
 from .onednn import onednn_available, onednn_linear
 from .pruned_beam import pruned_beam_search
+from .seeded import Mulberry32, draw
 
 __all__ = [
     "greedy_decode",
@@ -192,6 +193,21 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, -math.inf)
 
 
+def sampling_probs(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+) -> torch.Tensor:
+    """What ``sample`` draws from: ``(B, V)`` logits to ``(B, V)`` probabilities."""
+    logits = logits / temperature  # (B, V)
+    if top_k is not None:
+        logits = _filter_top_k(logits, top_k)
+    if top_p is not None:
+        logits = _filter_top_p(logits, top_p)
+    return logits.softmax(dim=-1)  # (B, V)
+
+
 def sample(
     model: nn.Module,
     src: torch.Tensor,
@@ -206,6 +222,7 @@ def sample(
     use_cache: bool = True,
     prune: bool = True,
     onednn: bool = True,
+    seed: int | None = None,
 ) -> torch.Tensor:
     """Draw each token at random from the model's distribution, optionally sharpened and truncated.
 
@@ -221,6 +238,10 @@ def sample(
         generator: a ``torch.Generator`` on ``src``'s device, for reproducible draws.
         use_cache, prune, onednn: as in ``greedy_decode`` (the draws depend on ``prune``: a
             finished sentence no longer takes random numbers).
+        seed: draw with ``aiayn.seeded`` instead of ``torch.multinomial``: the generator
+            and the draws that the translator's page repeats in JavaScript, so that a
+            seed gives the same sentence here and in the browser (one sentence at a
+            time; the rows of a batch share one stream of numbers).
 
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
@@ -236,6 +257,9 @@ def sample(
         )
     if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if seed is not None and generator is not None:
+        raise ValueError("give a generator or a seed, not both")
+    random = None if seed is None else Mulberry32(seed)
     if generator is not None:
         if not isinstance(generator, torch.Generator):
             raise TypeError(
@@ -250,12 +274,9 @@ def sample(
             )
 
     def choose(logits: torch.Tensor) -> torch.Tensor:
-        logits = logits / temperature  # (B, V)
-        if top_k is not None:
-            logits = _filter_top_k(logits, top_k)
-        if top_p is not None:
-            logits = _filter_top_p(logits, top_p)
-        probs = logits.softmax(dim=-1)  # (B, V)
+        probs = sampling_probs(logits, temperature, top_k, top_p)  # (B, V)
+        if random is not None:  # the page's generator
+            return draw(probs, random)  # (B,)
         next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
         return next_id.squeeze(-1)  # (B,)
 

@@ -1,0 +1,86 @@
+// How the translator's page draws the next token when it samples: the twin of
+// aiayn.decoding.sample's choice (temperature, top-k, top-p) and of aiayn.seeded's
+// generator, for one sentence at a time. Each function below is the Python
+// function named above it; tests/js/sampling.test.mjs holds them to Python's
+// draws, so a seed writes the same sentence in the browser and in the package.
+
+// aiayn.seeded.Mulberry32: uniform numbers in [0, 1) from a 32-bit seed
+export class Mulberry32 {
+  constructor(seed) {
+    if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) {
+      throw new RangeError(`seed must be an integer in [0, 2**32), got ${seed}`);
+    }
+    this.state = seed;
+  }
+
+  next() {
+    this.state = (this.state + 0x6d2b79f5) >>> 0;
+    let t = this.state;
+    t = Math.imul(t ^ (t >>> 15), t | 1) >>> 0;
+    t = ((t + Math.imul(t ^ (t >>> 7), t | 61)) >>> 0) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  }
+}
+
+// aiayn.seeded.draw: the first token whose cumulative probability passes a
+// uniform number (a token of probability 0 is never drawn)
+export function draw(probs, random) {
+  const cumulative = new Float64Array(probs.length);
+  let sum = 0;
+  for (let i = 0; i < probs.length; i++) cumulative[i] = sum += probs[i];
+  const target = random.next() * sum;
+  for (let i = 0; i < probs.length; i++) if (cumulative[i] > target) return i;
+  return probs.length;  // searchsorted's answer when nothing passes (never, for u < 1)
+}
+
+// aiayn.decoding._filter_top_k: keep the topK largest logits, set the others to -inf
+export function filterTopK(logits, topK) {
+  const k = Math.min(topK, logits.length);
+  const kth = Float64Array.from(logits).sort().reverse()[k - 1];
+  return logits.map(x => (x < kth ? -Infinity : x));
+}
+
+// aiayn.decoding._filter_top_p: keep the smallest set of most probable tokens
+// whose probability adds up to at least topP (the most probable one always stays)
+export function filterTopP(logits, topP) {
+  const order = [...logits.keys()].sort((a, b) => logits[b] - logits[a]);
+  const probs = softmax(order.map(i => logits[i]));
+  const out = Float64Array.from(logits);
+  let cumulative = 0;
+  order.forEach((token, rank) => {
+    if (cumulative >= topP) out[token] = -Infinity;  // the tokens before it reach topP
+    cumulative += probs[rank];
+  });
+  return out;
+}
+
+// torch.softmax over one row
+export function softmax(logits) {
+  const max = Math.max(...logits);
+  const e = logits.map(x => Math.exp(x - max));
+  const sum = e.reduce((a, b) => a + b, 0);
+  return e.map(x => x / sum);
+}
+
+// the checks at the top of aiayn.decoding.sample, with its messages
+export function checkSampling({temperature, topK = null, topP = null}) {
+  if (!(typeof temperature === 'number' && temperature > 0 && temperature < Infinity)) {
+    throw new RangeError(`temperature must be a positive number, got ${temperature}`);
+  }
+  if (topK !== null && !(Number.isInteger(topK) && topK >= 1)) {
+    throw new RangeError(`top_k must be a positive integer or None, got ${topK}`);
+  }
+  if (topP !== null && !(typeof topP === 'number' && topP > 0 && topP <= 1)) {
+    throw new RangeError(`top_p must be in (0, 1] or None, got ${topP}`);
+  }
+}
+
+// choose inside aiayn.decoding.sample, for one row: the next token, and the
+// probabilities it was drawn from (for the page to draw)
+export function choose(logits, {temperature, topK = null, topP = null}, random) {
+  let scaled = Float64Array.from(logits, x => x / temperature);
+  if (topK !== null) scaled = filterTopK(scaled, topK);
+  if (topP !== null) scaled = filterTopP(scaled, topP);
+  const probs = softmax(scaled);
+  return {id: draw(probs, random), probs};
+}
