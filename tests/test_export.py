@@ -53,13 +53,46 @@ def test_export_leaves_the_model_in_eval_mode_with_its_attention_path(
 
 
 def test_the_graphs_take_any_batch_and_length(exported):
-    for name in ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx"):
+    names = [graphs.graph_file(g, q) for g in graphs.GRAPHS for q in (False, True)]
+    assert len(names) == 8
+    for name in names:
         graph = onnx.load(exported / name, load_external_data=False).graph
         for value in graph.input:
             dims = value.type.tensor_type.shape.dim
             symbolic = [d.dim_param for d in dims if d.dim_param]
-            # memory (batch, src_len, 512); src (batch, src_len); prefix (batch, tgt_len)
+            # memory (batch, src_len, 512); src (batch, src_len); prefix (batch, tgt_len);
+            # tokens (batch, new_len); cross_k (6, batch, 8, src_len, 64); past_k (6, batch, 8, past_len, 64)
             assert len(symbolic) == 2, (name, value.name, dims)
+
+
+def _searches(model, vocab, pairs):
+    """Greedy and beam 4 of each source sentence: a list of (greedy, beam) ids."""
+    found = []
+    for text, _ in pairs:
+        ids = tr.source_ids(vocab, text, SETTINGS["max_len"])
+        limit = _limit(ids)
+        beam = tr.beam_search(model, vocab, ids, limit, 4, SETTINGS["length_penalty"])
+        found.append((tr.greedy(model, vocab, ids, limit), beam))
+    return found
+
+
+def test_the_cache_translates_as_the_whole_prefix_decoder(exported, root, one_thread):
+    """The step graph with its key/value cache (OnnxModel) against decoder.onnx rerun over the whole
+    prefix (PrefixModel), the same search over both: float32, the same tokens on every sentence;
+    int8, on nearly every one (activations are quantized per tensor as they run, and a step's tensor
+    holds the new position only, the whole prefix's all of them: the rounding steps differ)."""
+    from aiayn.onnx_prefix import PrefixModel
+
+    vocab = tr.Vocabulary.load(exported)
+    val = load_multi30k("val", root)[:20]
+    cached = _searches(tr.OnnxModel(exported, int8=False), vocab, val)
+    assert cached == _searches(PrefixModel(exported, int8=False), vocab, val)
+    test = load_multi30k("test2016", root)[-40:]  # other tests read its start
+    cached = _searches(tr.OnnxModel(exported), vocab, test)
+    prefix = _searches(PrefixModel(exported), vocab, test)
+    for kind in (0, 1):  # greedy, beam 4
+        same = sum(c[kind] == p[kind] for c, p in zip(cached, prefix, strict=True))
+        assert same >= 36, f"{'greedy beam'.split()[kind]}: {same}/40 sentences the same"
 
 
 def test_the_float32_graphs_decode_as_pytorch_greedy(published, exported, test_ids, one_thread):

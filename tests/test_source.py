@@ -172,6 +172,33 @@ def test_show_js_wraps_a_wide_comment_as_a_comment(tmp_path):
     assert lines[1] == '  const s = "a // inside a string is no comment";'
 
 
+CLASS_JS = """export class Model {
+  /** One step. */
+  async step(x) {
+    if (x) {
+      return x + 1;
+    }
+    return 0;
+  }
+
+  static make() {
+    return new Model();
+  }
+}
+"""
+
+
+def test_show_js_shows_a_method_of_a_class(tmp_path):
+    (tmp_path / "c.mjs").write_text(CLASS_JS)
+    file = str(tmp_path / "c.mjs")
+    step = "async step(x) {\n  if (x) {\n    return x + 1;\n  }\n  return 0;\n}\n"
+    assert source.show_js("Model.step", file=file).code == step
+    assert source.js_source_of("Model.step", file, jsdoc=True) == "/** One step. */\n" + step
+    assert source.show_js("Model.make", file=file).code == "static make() {\n  return new Model();\n}\n"
+    with pytest.raises(ValueError, match=r"class Model in .* has no method 'run'; it has \['step', 'make'\]"):
+        source.show_js("Model.run", file=file)
+
+
 def test_show_js_names_what_the_file_defines(tmp_path):
     (tmp_path / "m.mjs").write_text(JS)
     expected = r"defines no top-level function or class 'beam'; it defines \['add', 'wide'\]"

@@ -71,7 +71,15 @@ ASSETS = {
 RUNTIME = "onnxruntime-web/ort-wasm-simd-threaded.wasm"  # relative to _static/vendor
 
 # what the page downloads from an export (aiayn.export writes them)
-MODEL_FILES = ("encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "translator.json", "manifest.json")
+# (not decoder.int8.onnx: the page decodes with the key/value cache of decoder_step.int8.onnx)
+MODEL_FILES = (
+    "encoder.int8.onnx",
+    "cross_kv.int8.onnx",
+    "decoder_step.int8.onnx",
+    "tokenizer.json",
+    "translator.json",
+    "manifest.json",
+)
 TEST_FILES = ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz")  # what --bleu int8 reads
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from site_assets import NODE, download_bytes
 
 OUT_NAME = "multi30k.translator.json"
-PAGE_FILES = ("encoder.int8.onnx", "decoder.int8.onnx", "tokenizer.json", "translator.json")
 RUNTIME = "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm"  # in node_modules, as site_assets vendors it
 
 
@@ -61,7 +60,7 @@ def figures(folder: Path) -> dict:
         "settings": manifest["settings"],
         "files": {name: entry["bytes"] for name, entry in manifest["files"].items()},
         "page_bytes": manifest["page_bytes"],
-        "page_files": list(PAGE_FILES),
+        "page_files": manifest["page_files"],
         "runtime": wasm,
         "download_bytes": download_bytes(manifest["page_bytes"], wasm["bytes"]),
         "bleu_test2016": bleu,

@@ -7,9 +7,17 @@ An export of the published model or any run folder is a folder of:
 - ``decoder.onnx``: ``memory``, ``src`` and a ``prefix (batch, tgt_len)`` that starts with ``<bos>``
   -> ``log_probs (batch, V)`` of the token after the prefix, ``cross_attention
   (N, batch, h, tgt_len, src_len)`` and ``decoder_attention (N, batch, h, tgt_len, tgt_len)``. It
-  reruns the whole prefix at every step (no cache): simple, and fast enough for one sentence;
-- ``encoder.int8.onnx``, ``decoder.int8.onnx``: the same graphs with int8 weights
-  (``onnxruntime.quantization.quantize_dynamic``), what the book's page downloads;
+  reruns the whole prefix at every step: the simple reference the cached graphs are held to;
+- ``cross_kv.onnx``: ``memory`` -> ``cross_k``, ``cross_v (N, batch, h, src_len, d_k)``, the
+  keys and values every decoder layer's cross-attention reads, computed once a sentence;
+- ``decoder_step.onnx``: the decoder over new positions only, ``tokens (batch, new_len)``, with
+  ``src``, ``cross_k``, ``cross_v`` and the key/value cache of the earlier positions ``past_k``,
+  ``past_v (N, batch, h, past_len, d_k)`` -> ``log_probs (batch, V)``, ``present_k``,
+  ``present_v`` (the cache one step longer) and the new positions' ``cross_attention``
+  and ``decoder_attention``. A step costs one position, not the whole prefix;
+- ``*.int8.onnx``: the same graphs with int8 weights
+  (``onnxruntime.quantization.quantize_dynamic``); the book's page downloads the encoder,
+  ``cross_kv`` and ``decoder_step`` ones (``PAGE_GRAPHS``);
 - ``tokenizer.json``: the sentencepiece pieces and scores, for the tokenizer the page runs;
 - ``translator.json``: the decoding settings of the run (beam, alpha, output limit);
 - ``manifest.json``: every file's SHA-256 and size, and the BLEU on test 2016 of these exact files
@@ -37,9 +45,21 @@ from .attention import set_fused
 from .checks import atomic_write, sha256_file
 from .runs import shown
 
-GRAPHS = ("encoder", "decoder")
+# every graph an export writes; the page and onnx_translator run PAGE_GRAPHS
+GRAPHS = ("encoder", "decoder", "cross_kv", "decoder_step")
+PAGE_GRAPHS = ("encoder", "cross_kv", "decoder_step")
 ENCODER_OUTPUTS = ["memory", "encoder_attention"]
+DECODER_INPUTS = ["memory", "src", "prefix"]
 DECODER_OUTPUTS = ["log_probs", "cross_attention", "decoder_attention"]
+CROSS_KV_OUTPUTS = ["cross_k", "cross_v"]
+STEP_INPUTS = ["tokens", "src", "cross_k", "cross_v", "past_k", "past_v"]
+STEP_OUTPUTS = [
+    "log_probs",
+    "present_k",
+    "present_v",
+    "cross_attention",
+    "decoder_attention",
+]
 MANIFEST = "manifest.json"
 EXPORT_FORMAT = "aiayn-export/1"  # the manifest's "format": how an export is told from others
 TOKENIZER_JSON = "tokenizer.json"
@@ -142,6 +162,94 @@ class DecoderGraph(nn.Module):
         return log_probs, cross, self_attn
 
 
+class CrossKVGraph(nn.Module):
+    """``memory`` -> every decoder layer's cross-attention keys and values, computed once a sentence.
+
+    They depend on the source only, so the step graph reads them instead of projecting the
+    memory again at every step.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, memory: torch.Tensor):
+        B, S = memory.size(0), memory.size(1)
+        ks, vs = [], []
+        for layer in self.model.decoder.layers:
+            a = layer.cross_attn
+            k = a.w_k(memory).view(B, S, a.h, a.d_k)  # (B, S, h, d_k)
+            v = a.w_v(memory).view(B, S, a.h, a.d_v)  # (B, S, h, d_v)
+            ks.append(k.transpose(1, 2))  # (B, h, S, d_k)
+            vs.append(v.transpose(1, 2))  # (B, h, S, d_v)
+        return torch.stack(ks), torch.stack(vs)  # (N, B, h, S, d_k)
+
+
+class DecoderStepGraph(nn.Module):
+    """The decoder over new positions only, with the keys and values of the earlier ones.
+
+    ``tokens (B, L)`` are positions ``P .. P + L - 1`` (no padding among them), ``past_k`` and
+    ``past_v (N, B, h, P, d_k)`` the self-attention keys and values of positions ``0 .. P - 1``
+    (``P = 0``: none yet), ``cross_k`` and ``cross_v`` what ``CrossKVGraph`` gives. Returns the
+    log-probabilities of the token after the last one, ``present_k`` and ``present_v`` (the
+    cache grown by L positions), and the attention weights of the new positions. Searching, L is
+    1; with ``P = 0`` and the whole prefix it is ``DecoderGraph``.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, src, cross_k, cross_v, past_k, past_v):
+        m = self.model
+        B, L, P = tokens.size(0), tokens.size(1), past_k.size(3)
+        src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
+        # query i (position P + i) sees the keys of positions 0 .. P + i
+        keys = torch.arange(P + L, device=tokens.device)
+        causal = keys[None, :] <= keys[P:, None]  # (L, P + L)
+        x = m.tgt_embed[0](tokens)  # (B, L, d_model)
+        x = m.tgt_embed[1](x, P)  # positions P .. P + L - 1
+        present_k, present_v, crosses, selves = [], [], [], []
+        for n, layer in enumerate(m.decoder.layers):
+
+            def attend_self(y, a=layer.self_attn, n=n):
+                q, k, v = a._projections(y, y, y)  # (B, h, L, d_k)
+                k = torch.cat([past_k[n], k], 2)  # (B, h, P + L, d_k)
+                v = torch.cat([past_v[n], v], 2)  # (B, h, P + L, d_v)
+                present_k.append(k)
+                present_v.append(v)
+                heads = a._attend(q, k, v, causal, fused=False)
+                selves.append(a.attn)  # (B, h, L, P + L)
+                return _merged(a, heads)
+
+            def attend_source(y, a=layer.cross_attn, n=n):
+                q = a.w_q(y).view(B, L, a.h, a.d_k).transpose(1, 2)
+                heads = a._attend(q, cross_k[n], cross_v[n], src_mask, False)
+                crosses.append(a.attn)  # (B, h, L, S)
+                return _merged(a, heads)
+
+            x = layer.sublayers[0](x, attend_self)
+            x = layer.sublayers[1](x, attend_source)
+            x = layer.sublayers[2](x, layer.feed_forward)
+        x = m.decoder.norm(x)
+        log_probs = m.generator(x[:, -1]).float().log_softmax(-1)  # (B, V)
+        # (B, V), (N, B, h, P + L, d_k) twice, (N, B, h, L, S), (N, B, h, L, P + L)
+        return (
+            log_probs,
+            torch.stack(present_k),
+            torch.stack(present_v),
+            torch.stack(crosses),
+            torch.stack(selves),
+        )
+
+
+def _merged(attention: nn.Module, heads: torch.Tensor) -> torch.Tensor:
+    """``(B, h, L, d_v)`` heads side by side, through ``W^O``: ``(B, L, d_model)``."""
+    B, h, L, d_v = heads.shape
+    concat = heads.transpose(1, 2).reshape(B, L, h * d_v)  # (B, L, h * d_v)
+    return attention.w_o(concat)
+
+
 def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
     """``torch.onnx.export`` of one graph (the dynamo exporter), inputs named and sized."""
     program = torch.onnx.export(
@@ -163,62 +271,73 @@ def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
 def export_graphs(
     model: nn.Module, out: Path, progress: bool = False
 ) -> list[Path]:
-    """Write ``encoder.onnx`` and ``decoder.onnx`` (float32) with symbolic batch and lengths.
+    """Write the four float32 graphs (``GRAPHS``) with symbolic batch and lengths.
 
     The examples have batch 2 and lengths above 1, so that no dimension is specialised to 0 or 1.
     The model is left in eval mode (dropout off), with the attention path it had. ``progress``:
-    a bar over the two graphs.
+    a bar over the graphs.
     """
     import warnings
 
     model = model.float().eval()
+    max_len = model.config.max_len
     batch = torch.export.Dim("batch", min=1, max=1024)
-    S = torch.export.Dim("src_len", min=1, max=model.config.max_len)
-    T = torch.export.Dim("tgt_len", min=1, max=model.config.max_len)
+    S = torch.export.Dim("src_len", min=1, max=max_len)
+    T = torch.export.Dim("tgt_len", min=1, max=max_len)
+    L = torch.export.Dim("new_len", min=1, max=max_len)
+    P = torch.export.Dim("past_len", min=0, max=max_len - 1)
     src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 6, 7, 2, 0, 0]])  # (2, 6)
     prefix = torch.tensor([[1, 5, 6], [1, 7, 8]])  # (2, 3)
-    encoder, decoder = (out / graph_file(n, False) for n in GRAPHS)
+    paths = [out / graph_file(n, False) for n in GRAPHS]
     with (
         set_fused(model, False),  # the explicit path keeps the weights
         torch.no_grad(),
         warnings.catch_warnings(),
         _quiet("torch.onnx"),
-        _bar(2, "ONNX export", "graph", progress) as bar,
+        _bar(len(GRAPHS), "ONNX export", "graph", progress) as bar,
     ):
         warnings.simplefilter("ignore")  # the exporter's notes
         memory = EncoderGraph(model)(src)[0]
-        bar.set_postfix_str(encoder.name)
-        _save_graph(
-            EncoderGraph(model),
-            (src,),
-            ["src"],
-            ENCODER_OUTPUTS,
-            [{0: batch, 1: S}],
-            encoder,
-        )
-        bar.update()
-        bar.set_postfix_str(decoder.name)
-        _save_graph(
-            DecoderGraph(model),
-            (memory, src, prefix),
-            ["memory", "src", "prefix"],
-            DECODER_OUTPUTS,
-            [{0: batch, 1: S}, {0: batch, 1: S}, {0: batch, 1: T}],
-            decoder,
-        )
-        bar.update()
+        cross_k, cross_v = CrossKVGraph(model)(memory)  # (N, 2, h, 6, d_k)
+        # the cache after the first two positions, fed the next two
+        past = DecoderStepGraph(model)(
+            prefix[:, :2], src, cross_k, cross_v,
+            *(cross_k[:, :, :, :0],) * 2,
+        )[1:3]  # fmt: skip
+        rows_and_src = {1: batch, 3: S}
+        rows_and_past = {1: batch, 3: P}
+        graphs = [
+            (EncoderGraph, (src,), ["src"], ENCODER_OUTPUTS,
+             [{0: batch, 1: S}]),
+            (DecoderGraph, (memory, src, prefix), DECODER_INPUTS,
+             DECODER_OUTPUTS, [{0: batch, 1: S}, {0: batch, 1: S},
+                               {0: batch, 1: T}]),
+            (CrossKVGraph, (memory,), ["memory"], CROSS_KV_OUTPUTS,
+             [{0: batch, 1: S}]),
+            (DecoderStepGraph,
+             (prefix[:, 1:], src, cross_k, cross_v, *past),
+             STEP_INPUTS, STEP_OUTPUTS,
+             [{0: batch, 1: L}, {0: batch, 1: S}, rows_and_src,
+              rows_and_src, rows_and_past, rows_and_past]),
+        ]  # fmt: skip
+        for path, (graph, args, names, outputs, shapes) in zip(
+            paths, graphs, strict=True
+        ):
+            bar.set_postfix_str(path.name)
+            _save_graph(graph(model), args, names, outputs, shapes, path)
+            bar.update()
     model.eval()
-    return [encoder, decoder]
+    return paths
 
 
 def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
-    """int8 copies of both graphs: the weights of every matrix product and the embedding table as
+    """int8 copies of the graphs: the weights of every matrix product and the embedding table as
     int8 with a scale, activations quantized on the fly (``quantize_dynamic``)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     paths = []
     # onnxruntime advises pre-processing through the root logger, once a graph
-    with _quiet(""), _bar(2, "int8", "graph", progress) as bar:
+    with _quiet(""), _bar(len(GRAPHS), "int8", "graph", progress) as bar:
         for name in GRAPHS:
             target = out / graph_file(name, True)
             bar.set_postfix_str(target.name)
@@ -308,13 +427,14 @@ def export(
     record = tokenizer_record(tokenizer)  # refuses now, not after the graphs
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    say("exporting the float32 graphs (encoder.onnx, decoder.onnx) ...")
+    files = ", ".join(graph_file(n, False) for n in GRAPHS)
+    say(f"exporting the float32 graphs ({files}) ...")
     export_graphs(model, out, progress)
     say(
         f"exported the float32 graphs in {time.perf_counter() - started:.0f} s"
     )
     step = time.perf_counter()
-    say("quantizing them to int8 (encoder.int8.onnx, decoder.int8.onnx) ...")
+    say("quantizing them to int8 (*.int8.onnx) ...")
     quantize_graphs(out, progress)
     say(f"quantized in {time.perf_counter() - step:.0f} s")
     atomic_write(
@@ -325,16 +445,25 @@ def export(
         out / SETTINGS_JSON, json.dumps(settings, indent=1).encode()
     )
     names = [graph_file(n, q) for q in (False, True) for n in GRAPHS]
+    page = [graph_file(n, True) for n in PAGE_GRAPHS]
     manifest = {
         "format": EXPORT_FORMAT,
-        "what": "the translator as ONNX graphs (aiayn.export); the page downloads the int8 files",
+        "what": "the translator as ONNX graphs (aiayn.export); the page "
+        f"downloads {', '.join(page)}, {TOKENIZER_JSON} and {SETTINGS_JSON}",
         "source": source or {},
         "settings": settings,
         "inputs": {
             "encoder": ["src"],
-            "decoder": ["memory", "src", "prefix"],
+            "decoder": DECODER_INPUTS,
+            "cross_kv": ["memory"],
+            "decoder_step": STEP_INPUTS,
         },
-        "outputs": {"encoder": ENCODER_OUTPUTS, "decoder": DECODER_OUTPUTS},
+        "outputs": {
+            "encoder": ENCODER_OUTPUTS,
+            "decoder": DECODER_OUTPUTS,
+            "cross_kv": CROSS_KV_OUTPUTS,
+            "decoder_step": STEP_OUTPUTS,
+        },
         "versions": {
             "torch": torch.__version__,
             "onnx": onnx.__version__,
@@ -342,9 +471,10 @@ def export(
         },
         "export_s": round(time.perf_counter() - started, 1),
         "files": _files_entry(out, [*names, TOKENIZER_JSON, SETTINGS_JSON]),
+        "page_files": [*page, TOKENIZER_JSON, SETTINGS_JSON],
         "page_bytes": sum(
             (out / n).stat().st_size
-            for n in (*names[2:], TOKENIZER_JSON, SETTINGS_JSON)
+            for n in (*page, TOKENIZER_JSON, SETTINGS_JSON)
         ),
         "bleu": {},
     }

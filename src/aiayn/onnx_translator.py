@@ -1,10 +1,16 @@
 """The search the page runs, in Python: ``aiayn/web/translator.mjs`` mirrors it function by function.
 
 The page reads the files of an export (``aiayn.onnx_graphs``) and runs them with onnxruntime:
-``OnnxModel`` holds the two graphs, ``Vocabulary``, ``bpe_encode``, ``source_ids`` and ``detokenize``
-are its tokenizer, ``greedy`` and ``beam_search`` its search, ``attention`` the weights it draws.
+``OnnxModel`` holds the three graphs it downloads, ``Cache`` the keys and values a search keeps
+between steps, ``Vocabulary``, ``bpe_encode``, ``source_ids`` and ``detokenize`` are its
+tokenizer, ``greedy`` and ``beam_search`` its search, ``attention`` the weights it draws.
 ``score_files`` is the BLEU that ``python -m aiayn.export`` records in the manifest. Each function has
 a twin of the same name in translator.mjs, camelCase there (``beam_search`` is ``beamSearch``).
+
+The cache. A step runs ``decoder_step.onnx`` over the one new token, with the self-attention keys
+and values of the tokens before it and the cross-attention ones of the source (computed once,
+``cross_kv.onnx``), instead of the whole prefix again. ``aiayn.onnx_prefix.PrefixModel`` is the
+whole-prefix decoder behind the same interface; the tests hold the translations of the two equal.
 
 The tests hold the two equal token for token on the float32 files. On the int8 files they agree on
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
@@ -19,16 +25,18 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .onnx_graphs import (
-    DECODER_OUTPUTS,
+    CROSS_KV_OUTPUTS,
     ENCODER_OUTPUTS,
-    GRAPHS,
+    PAGE_GRAPHS,
     SETTINGS_JSON,
+    STEP_OUTPUTS,
     TOKENIZER_JSON,
     _bar,
     graph_file,
@@ -39,7 +47,11 @@ BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
 
 
 class OnnxModel:
-    """The two graphs in onnxruntime sessions, one thread unless told otherwise."""
+    """The page's three graphs in onnxruntime sessions, one thread unless told otherwise.
+
+    ``encoder``, ``cross_kv`` and ``decoder_step`` (``aiayn.onnx_graphs``): the search keeps a
+    ``Cache`` of keys and values, so that each step runs the decoder over one new position.
+    """
 
     def __init__(
         self, folder: str | os.PathLike, int8: bool = True, threads: int = 1
@@ -50,23 +62,70 @@ class OnnxModel:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         folder = Path(folder)
-        self.encoder, self.decoder = (
+        self.encoder, self.cross_kv, self.decoder_step = (
             ort.InferenceSession(
                 str(folder / graph_file(name, int8)),
                 options,
                 providers=["CPUExecutionProvider"],
             )
-            for name in GRAPHS
+            for name in PAGE_GRAPHS
         )
 
     def encode(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
         return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
 
-    def decode(self, memory, src, prefix) -> tuple[np.ndarray, ...]:
-        """``log_probs (rows, V)``, ``cross_attention``, ``decoder_attention``."""
-        feed = {"memory": memory, "src": src, "prefix": prefix}
-        return tuple(self.decoder.run(DECODER_OUTPUTS, feed))
+    def start(self, memory: np.ndarray, src: np.ndarray) -> Cache:
+        """The cache before the first step: the cross-attention's keys and values, no position."""
+        cross_k, cross_v = self.cross_kv.run(
+            CROSS_KV_OUTPUTS, {"memory": memory}
+        )  # (N, rows, h, S, d_k)
+        N, rows, h, _, d_k = cross_k.shape
+        empty = np.zeros((N, rows, h, 0, d_k), np.float32)  # P = 0
+        return Cache(src, cross_k, cross_v, empty, empty)
+
+    def step(self, cache: Cache, tokens: np.ndarray) -> tuple[Any, ...]:
+        """``tokens (rows, L)`` after the cache's positions -> ``log_probs (rows, V)`` of the next
+        token, the cache L positions longer, ``cross_attention (N, rows, h, L, S)`` and
+        ``decoder_attention (N, rows, h, L, P + L)``."""
+        feed = {
+            "tokens": tokens,
+            "src": cache.src,
+            "cross_k": cache.cross_k,
+            "cross_v": cache.cross_v,
+            "past_k": cache.past_k,
+            "past_v": cache.past_v,
+        }
+        log_probs, k, v, cross, self_attn = self.decoder_step.run(
+            STEP_OUTPUTS, feed
+        )
+        grown = Cache(cache.src, cache.cross_k, cache.cross_v, k, v)
+        return log_probs, grown, cross, self_attn
+
+
+@dataclass(frozen=True)
+class Cache:
+    """What the decoder keeps between steps, for each row (a sentence, or a beam of one).
+
+    ``src (rows, S)``; ``cross_k``, ``cross_v (N, rows, h, S, d_k)``, computed once from the
+    memory; ``past_k``, ``past_v (N, rows, h, P, d_k)``, the self-attention keys and values
+    of the P positions decoded so far.
+    """
+
+    src: np.ndarray
+    cross_k: np.ndarray
+    cross_v: np.ndarray
+    past_k: np.ndarray
+    past_v: np.ndarray
+
+    def rows(self, index: Sequence[int]) -> Cache:
+        """The cache of rows ``index`` (repeated or reordered): beam search keeps its beams'."""
+        index = np.asarray(index)
+        return Cache(
+            self.src[index],
+            *(t[:, index] for t in (self.cross_k, self.cross_v)),
+            *(t[:, index] for t in (self.past_k, self.past_v)),
+        )
 
 
 class Vocabulary:
@@ -166,11 +225,11 @@ def greedy(
     """The most probable token at every step: ``<bos>`` first, ``<eos>`` last (unless cut at ``limit``)."""
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
     memory, _ = model.encode(src)
+    cache = model.start(memory, src)
     ys = [vocab.bos_id]
     while len(ys) < limit:
-        log_probs = model.decode(
-            memory, src, np.array([ys], dtype=np.int64)
-        )[0]
+        last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
+        log_probs, cache = model.step(cache, last)[:2]
         token = int(np.argmax(log_probs[0]))  # the first of equal maxima
         ys.append(token)
         if token == vocab.eos_id:
@@ -196,9 +255,9 @@ def beam_search(
     A beam that wrote ``<eos>`` keeps its score and competes with the live ones; the search ends
     when every beam has finished or the prefixes reach ``limit`` columns. Sums are in float64.
     """
-    src = np.array([src_ids] * beam, dtype=np.int64)  # (K, S)
-    memory, _ = model.encode(src[:1])
-    memory = np.repeat(memory, beam, axis=0)  # (K, S, d_model)
+    src = np.array([src_ids], dtype=np.int64)  # (1, S)
+    memory, _ = model.encode(src)
+    cache = model.start(memory, src).rows([0] * beam)  # K rows
     beams = [[vocab.bos_id] for _ in range(beam)]
     log_p = [0.0] + [-math.inf] * (
         beam - 1
@@ -206,9 +265,8 @@ def beam_search(
     lengths = [0] * beam
     finished = [limit <= 1] * beam
     while not all(finished):
-        token_log_p = model.decode(
-            memory, src, np.array(beams, dtype=np.int64)
-        )[0]
+        last = np.array([b[-1:] for b in beams], dtype=np.int64)  # (K, 1)
+        token_log_p, cache = model.step(cache, last)[:2]
         candidates = []  # (score, log P, length, beam, token)
         for k in range(beam):
             if finished[k]:  # one continuation: padding, which costs nothing
@@ -227,6 +285,7 @@ def beam_search(
             key=lambda c: -c[0]
         )  # stable: equal scores keep beam order
         chosen = candidates[:beam]
+        cache = cache.rows([k for _, _, _, k, _ in chosen])
         beams = [beams[k] + [token] for _, _, _, k, token in chosen]
         finished = [
             finished[k] or token == vocab.eos_id
@@ -256,9 +315,9 @@ def attention(
     """
     src = np.array([src_ids], dtype=np.int64)
     memory, encoder = model.encode(src)
-    _, cross, self_attn = model.decode(
-        memory, src, np.array([ys[:-1]], dtype=np.int64)
-    )
+    cache = model.start(memory, src)
+    prefix = np.array([ys[:-1]], dtype=np.int64)  # (1, T): all at once
+    _, _, cross, self_attn = model.step(cache, prefix)
     return {
         "encoder": encoder[:, 0],
         "cross": cross[:, 0],

@@ -277,6 +277,8 @@ def js_source_of(name: str, file: str = JS_FILE, jsdoc: bool = False) -> str:
         FileNotFoundError: the package has no such file.
         ValueError: the file defines no top-level ``name``.
     """
+    if "." in name:
+        return _js_method_of(name, file, jsdoc)
     path = _PACKAGE_ROOT / file
     if not path.is_file():
         raise FileNotFoundError(f"show_js: the package has no file {file}")
@@ -307,6 +309,36 @@ def js_source_of(name: str, file: str = JS_FILE, jsdoc: bool = False) -> str:
     return code
 
 
+def _js_method_of(name: str, file: str, jsdoc: bool) -> str:
+    """``Class.method``: the method's lines in the class (indented two spaces), dedented."""
+    cls, method = name.split(".", 1)
+    body = js_source_of(cls, file)
+    found = re.compile(
+        rf"^  (?:static\s+)?(?:async\s+)?{re.escape(method)}\(", re.M
+    ).search(body)
+    if found is None:
+        defined = re.findall(
+            r"^  (?:static\s+)?(?:async\s+)?(\w+)\(.*\{$", body, re.M
+        )
+        raise ValueError(
+            f"show_js: class {cls} in aiayn/{file} has no method "
+            f"{method!r}; it has {defined}"
+        )
+    lines = body[found.start() :].splitlines()
+    end = next((i for i, line in enumerate(lines) if line == "  }"), None)
+    if end is None:
+        raise ValueError(
+            f"show_js: {name} in aiayn/{file} has no closing '}}' at column 2"
+        )
+    code = "\n".join(lines[: end + 1])
+    before = body[: found.start()].rstrip()
+    if jsdoc and before.endswith("*/"):
+        start = before.rfind("/**")
+        if start >= 0 and before[start:].count("*/") == 1:
+            code = "  " + before[start:] + "\n" + code
+    return textwrap.dedent(code) + "\n"
+
+
 def show_js(
     name: str, file: str = JS_FILE, jsdoc: bool = False
 ) -> SourceBlock:
@@ -317,7 +349,8 @@ def show_js(
     the JavaScript. Lines wider than ``WIDTH`` are wrapped for display (``wrap_code``).
 
     Args:
-        name: the function or class, e.g. ``"beamSearch"``.
+        name: the function or class, e.g. ``"beamSearch"``, or a class's method,
+            ``"OnnxModel.step"``.
         file: the file, relative to the package (default ``web/translator.mjs``).
         jsdoc: keep its JSDoc comment (default: drop it, as ``show_source`` drops docstrings).
     """

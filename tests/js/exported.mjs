@@ -27,7 +27,8 @@ export async function loadModel(kind) {
   ort.env.wasm.numThreads = 1;
   const file = (name) => read(kind === 'int8' ? `${name}.int8.onnx` :
     `${name}.onnx`);
-  return OnnxModel.create(ort, file('encoder'), file('decoder'));
+  return OnnxModel.create(ort, file('encoder'), file('cross_kv'),
+      file('decoder_step'));
 }
 
 /** Greedy and beam search (the run's K and alpha) of Python's first

@@ -1,7 +1,7 @@
 // The page of chapter 11.4: the published translator in the reader's browser, or, where this build of
 // the site has no model, the examples of chapter 11.2.
 //
-// What runs where: onnxruntime-web (WebAssembly, one thread) runs the two int8 graphs that
+// What runs where: onnxruntime-web (WebAssembly, one thread) runs the three int8 graphs that
 // `python -m aiayn.export` wrote; translator.mjs, the twin of aiayn.onnx_translator, tokenizes and
 // decodes. Both run in a Web Worker (worker.mjs), so that the page answers the reader while a long
 // sentence is searched. Nothing heavy loads until the reader asks: then the runtime and the graphs are
@@ -12,7 +12,8 @@
 // The page's files, all beside this module (tools/site_assets.py puts them there):
 //   site.json       what this build holds: the model's manifest (or null), the runtime, the bytes the
 //                   page downloads, the examples
-//   model/          manifest.json, encoder.int8.onnx, decoder.int8.onnx, tokenizer.json, translator.json
+//   model/          manifest.json, encoder.int8.onnx, cross_kv.int8.onnx, decoder_step.int8.onnx,
+//                   tokenizer.json, translator.json
 //   examples.json   chapter 11.2's three sentences and their attention, in thousandths
 //   worker.mjs      the search, off the main thread
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
@@ -170,7 +171,8 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
   const files = {
     runtime: [here(site.runtime.path), site.runtime],
     encoder: [new URL('encoder.int8.onnx', manifestUrl), manifest.files['encoder.int8.onnx']],
-    decoder: [new URL('decoder.int8.onnx', manifestUrl), manifest.files['decoder.int8.onnx']],
+    crossKv: [new URL('cross_kv.int8.onnx', manifestUrl), manifest.files['cross_kv.int8.onnx']],
+    decoderStep: [new URL('decoder_step.int8.onnx', manifestUrl), manifest.files['decoder_step.int8.onnx']],
     tokenizer: [new URL('tokenizer.json', manifestUrl), manifest.files['tokenizer.json']],
     settings: [new URL('translator.json', manifestUrl), manifest.files['translator.json']],
   };

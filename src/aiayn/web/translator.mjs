@@ -2,7 +2,8 @@
 // function (bpe_encode -> bpeEncode ...), in the same order, with the same
 // arguments. No DOM: the page and the Node tests pass onnxruntime-web in.
 // Shapes: S source ids, T prefix ids, K beams, V = 8000 ids, d = d_model,
-// N layers, h heads. Ids are plain numbers; the graphs read int64 tensors.
+// N layers, h heads, P positions in the cache, L new positions. Ids are
+// plain numbers; the graphs read int64 tensors.
 
 const BOUNDARY = '\u2581'; // "▁", sentencepiece's word boundary
 // characters that take no room (Python's translation.ZERO_WIDTH): zero-width
@@ -15,16 +16,19 @@ const SPACE = String.raw`\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029` 
 const IS_SPACE = new RegExp(`^[${SPACE}]$`, 'u');
 const SPACES = new RegExp(`[${SPACE}]+`, 'u');
 
-/** The two graphs in onnxruntime-web sessions: set
- *  ort.env.wasm.numThreads = 1 before `create` for one thread. */
+/** The page's three graphs in onnxruntime-web sessions: encoder, cross_kv
+ *  and decoder_step. Set ort.env.wasm.numThreads = 1 before `create` for
+ *  one thread. */
 export class OnnxModel {
-  /** ort: onnxruntime-web; encoderBytes, decoderBytes: the .onnx files. */
-  static async create(ort, encoderBytes, decoderBytes,
+  /** ort: onnxruntime-web; the .onnx files' bytes. */
+  static async create(ort, encoderBytes, crossKvBytes, decoderStepBytes,
       options = {executionProviders: ['wasm']}) {
     const model = new OnnxModel();
     model.ort = ort;
     model.encoder = await ort.InferenceSession.create(encoderBytes, options);
-    model.decoder = await ort.InferenceSession.create(decoderBytes, options);
+    model.crossKv = await ort.InferenceSession.create(crossKvBytes, options);
+    model.decoderStep = await ort.InferenceSession.create(decoderStepBytes,
+        options);
     return model;
   }
 
@@ -35,12 +39,29 @@ export class OnnxModel {
     return [out.memory, out.encoder_attention];
   }
 
-  /** memory, src, prefix int64 (rows, T) -> [log_probs (rows, V),
-   *  cross_attention (N, rows, h, T, S), decoder_attention
-   *  (N, rows, h, T, T)], float32 ort.Tensors. */
-  async decode(memory, src, prefix) {
-    const out = await this.decoder.run({memory, src, prefix});
-    return [out.log_probs, out.cross_attention, out.decoder_attention];
+  /** The cache before the first step: the cross-attention's keys and
+   *  values (N, rows, h, S, d_k), no position. */
+  async start(memory, src) {
+    const {cross_k: crossK, cross_v: crossV} =
+      await this.crossKv.run({memory});
+    const [N, rows, h, , dK] = crossK.dims;
+    const empty = new this.ort.Tensor('float32', new Float32Array(0),
+        [N, rows, h, 0, dK]); // P = 0
+    return new Cache(src, crossK, crossV, empty, empty);
+  }
+
+  /** tokens int64 (rows, L) after the cache's positions -> [log_probs
+   *  (rows, V) of the next token, the cache L positions longer,
+   *  cross_attention (N, rows, h, L, S), decoder_attention
+   *  (N, rows, h, L, P + L)]. */
+  async step(cache, tokens) {
+    const out = await this.decoderStep.run({tokens, src: cache.src,
+      cross_k: cache.crossK, cross_v: cache.crossV, past_k: cache.pastK,
+      past_v: cache.pastV});
+    const grown = new Cache(cache.src, cache.crossK, cache.crossV,
+        out.present_k, out.present_v);
+    return [out.log_probs, grown, out.cross_attention,
+      out.decoder_attention];
   }
 
   /** np.array(rows, dtype=np.int64): equal-length id lists -> (rows, L). */
@@ -48,12 +69,24 @@ export class OnnxModel {
     const data = BigInt64Array.from(rows.flat(), BigInt);
     return new this.ort.Tensor('int64', data, [rows.length, rows[0].length]);
   }
+}
 
-  /** np.repeat(t, times, axis=0) of a float32 tensor (1, ...). */
-  repeat(t, times) {
-    const data = new Float32Array(times * t.data.length);
-    for (let k = 0; k < times; k++) data.set(t.data, k * t.data.length);
-    return new this.ort.Tensor('float32', data, [times, ...t.dims.slice(1)]);
+/** What the decoder keeps between steps, for each row (a sentence, or a
+ *  beam of one): src int64 (rows, S); crossK, crossV float32
+ *  (N, rows, h, S, d_k), computed once from the memory; pastK, pastV
+ *  (N, rows, h, P, d_k), the self-attention keys and values of the P
+ *  positions decoded so far. */
+export class Cache {
+  constructor(src, crossK, crossV, pastK, pastV) {
+    Object.assign(this, {src, crossK, crossV, pastK, pastV});
+  }
+
+  /** The cache of rows `index` (repeated or reordered): beam search keeps
+   *  its beams'. */
+  rows(index) {
+    return new Cache(takeRows(this.src, index, 0),
+        takeRows(this.crossK, index, 1), takeRows(this.crossV, index, 1),
+        takeRows(this.pastK, index, 1), takeRows(this.pastV, index, 1));
   }
 }
 
@@ -150,9 +183,12 @@ export function outputLimit(srcLen, settings) {
 export async function greedy(model, vocab, srcIds, limit) {
   const src = model.int64([srcIds]); // (1, S)
   const [memory] = await model.encode(src);
+  let cache = await model.start(memory, src);
   const ys = [vocab.bosId];
   while (ys.length < limit) {
-    const [logProbs] = await model.decode(memory, src, model.int64([ys]));
+    const last = model.int64([ys.slice(-1)]); // (1, 1)
+    let logProbs;
+    [logProbs, cache] = await model.step(cache, last);
     const token = argmax(logProbs.data); // the first of equal maxima
     ys.push(token);
     if (token === vocab.eosId) break;
@@ -172,15 +208,17 @@ export function lengthPenalty(length, alpha) {
  *  float64. srcIds (S) -> ids, <bos> first. */
 export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
     alpha = 0.6) {
-  const src = model.int64(Array(beam).fill(srcIds)); // (K, S)
-  let [memory] = await model.encode(model.int64([srcIds])); // (1, S, d)
-  memory = model.repeat(memory, beam); // (K, S, d)
+  const src = model.int64([srcIds]); // (1, S)
+  const [memory] = await model.encode(src);
+  let cache = (await model.start(memory, src)).rows(Array(beam).fill(0));
   let beams = Array.from({length: beam}, () => [vocab.bosId]);
   let logP = [0, ...Array(beam - 1).fill(-Infinity)]; // first expands first
   let lengths = Array(beam).fill(0);
   let finished = Array(beam).fill(limit <= 1);
   while (!finished.every(Boolean)) {
-    const [tokenLogP] = await model.decode(memory, src, model.int64(beams));
+    const last = model.int64(beams.map((b) => b.slice(-1))); // (K, 1)
+    let tokenLogP;
+    [tokenLogP, cache] = await model.step(cache, last);
     const V = tokenLogP.dims[1];
     const candidates = []; // [score, log P, length, beam, token]
     for (let k = 0; k < beam; k++) {
@@ -199,6 +237,7 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
     }
     candidates.sort((c, d) => descending(c[0], d[0])); // stable
     const chosen = candidates.slice(0, beam);
+    cache = cache.rows(chosen.map((c) => c[3]));
     beams = chosen.map(([, , , k, token]) => [...beams[k], token]);
     finished = chosen.map(
         ([, , , k, token]) => finished[k] || token === vocab.eosId);
@@ -219,8 +258,9 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
 export async function attention(model, srcIds, ys) {
   const src = model.int64([srcIds]);
   const [memory, encoder] = await model.encode(src);
-  const [, cross, selfAttn] = await model.decode(
-      memory, src, model.int64([ys.slice(0, -1)]));
+  const cache = await model.start(memory, src);
+  const prefix = model.int64([ys.slice(0, -1)]); // (1, T): all at once
+  const [, , cross, selfAttn] = await model.step(cache, prefix);
   const first = (t) => nested(t.data, t.dims).map((layer) => layer[0]);
   return {encoder: first(encoder), cross: first(cross),
     decoderSelf: first(selfAttn)};
@@ -276,6 +316,23 @@ function topK(xs, k) {
     if (top.length > k) top.pop();
   }
   return top;
+}
+
+/** t[index] along `axis` (0 or 1) of an ort.Tensor: Python's t[index] and
+ *  t[:, index]. */
+function takeRows(t, index, axis) {
+  const outer = t.dims.slice(0, axis).reduce((a, b) => a * b, 1);
+  const rows = t.dims[axis];
+  const size = t.data.length / (outer * rows); // values per row
+  const data = new t.data.constructor(outer * index.length * size);
+  for (let o = 0; o < outer; o++) {
+    index.forEach((r, i) => data.set(
+        t.data.subarray((o * rows + r) * size, (o * rows + r + 1) * size),
+        (o * index.length + i) * size));
+  }
+  const dims = [...t.dims];
+  dims[axis] = index.length;
+  return new t.constructor(t.type, data, dims);
 }
 
 /** A flat array as nested arrays of plain numbers, shaped as dims. */

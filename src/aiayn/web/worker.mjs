@@ -1,9 +1,9 @@
-// The search off the page's main thread: a module worker that holds the two graphs and runs
+// The search off the page's main thread: a module worker that holds the three graphs and runs
 // translator.mjs, so that the page stays responsive while a long sentence is searched (a 30-word
 // sentence takes about a second with beam search; the page would freeze that long).
 //
 // page.mjs starts it with `new Worker(url, {type: 'module'})` and asks it one thing at a time:
-//   {id, kind: 'load', ort, wasmPaths, runtime, encoder, decoder, tokenizer, settings}
+//   {id, kind: 'load', ort, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, settings}
 //       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred)
 //       -> {id, value: {pieces: V}}
 //   {id, kind: 'translate', sentence, beam}
@@ -52,13 +52,14 @@ export function checkSentence(vocab, settings, sentence) {
 }
 
 /** Start onnxruntime-web on one thread with the graphs; read the tokenizer and the settings. */
-async function load({ort: ortUrl, wasmPaths, runtime, encoder, decoder, tokenizer, settings}) {
+async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer,
+  settings}) {
   const ort = await import(ortUrl);
   ort.env.wasm.numThreads = 1;
   ort.env.wasm.wasmPaths = wasmPaths;
   ort.env.wasm.wasmBinary = runtime;
   const text = bytes => JSON.parse(new TextDecoder().decode(bytes));
-  const model = await OnnxModel.create(ort, new Uint8Array(encoder), new Uint8Array(decoder));
+  const model = await OnnxModel.create(ort, ...[encoder, crossKv, decoderStep].map(b => new Uint8Array(b)));
   translator = {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings)};
   const ids = sourceIds(translator.vocab, WARM_UP, translator.settings.max_len);
   for (const beam of [1, translator.settings.beam]) {
