@@ -46,6 +46,12 @@ ODD_INPUT = [
 NORMALISE_CASES = REPO / "tests/js/normalise.cases.json"
 # sentences searched on each kind of graph, from the end of test 2016 (other tests read its start)
 SENTENCES = {"fp32": 50, "int8": 50}
+# the first sentences are also sampled, with each of these settings and seeds
+SAMPLED = 6
+SAMPLINGS = [
+    {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 1},
+    {"temperature": 1.5, "top_k": 40, "top_p": 0.9, "seed": 2026},
+]
 
 
 def normalise_cases() -> dict:
@@ -87,6 +93,11 @@ def _searched(folder: Path, kind: str, sentences: list[dict]):
         if len(maps) < 2:
             weights = tr.attention(model, src, ys)
             maps.append({"src": src, "ys": ys} | _lists(weights))
+        if len(found) <= SAMPLED:  # the page's draws, with a seed
+            found[-1]["sampled"] = [
+                {"sampling": how, "ids": tr.sample(model, vocab, src, limit, how)}
+                for how in SAMPLINGS
+            ]
     return found, maps
 
 
@@ -145,6 +156,28 @@ def _node() -> str:
     if node is None:
         pytest.fail("node is not on PATH: these tests need Node 20.10+")
     return node
+
+
+def test_the_page_s_sampler_draws_what_decoding_sample_draws(exported, published, root):
+    """A seed on the page (onnx_translator.sample, translator.mjs's twin) writes the sentence that
+    chapter 8's ``decoding.sample(..., seed=)`` writes with the PyTorch model: float32 graphs."""
+    import torch
+
+    from aiayn.decoding import sample
+
+    model, tokenizer = published
+    vocab = tr.Vocabulary.load(exported)
+    settings = json.loads((exported / SETTINGS_JSON).read_text())
+    graphs = tr.OnnxModel(exported, int8=False, threads=1)
+    test = load_multi30k("test2016", root)
+    for (text, _), how in zip(test[:6], SAMPLINGS * 3, strict=False):
+        src = tokenizer.encode(text) + [vocab.eos_id]
+        limit = tr.output_limit(len(src), settings)
+        page = tr.sample(graphs, vocab, src, limit, how)
+        keywords = {k: how[k] for k in ("temperature", "top_k", "top_p", "seed")}
+        ours = sample(model, torch.tensor([src]), None, limit, vocab.bos_id, vocab.eos_id, **keywords)
+        assert page == ours[0].tolist()[: len(page)], text
+        assert all(i == vocab.pad_id for i in ours[0].tolist()[len(page) :])
 
 
 def test_the_committed_normalisation_cases_are_python_s():

@@ -72,6 +72,8 @@ __all__ = [
     "beam_search",
     "BeamSearchOutput",
     "sample",
+    "sampling_probs",
+    "check_sampling",
     "gnmt_length_penalty",
     "length_penalty_limit",
     "decode_sorted",
@@ -193,6 +195,23 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, -math.inf)
 
 
+def check_sampling(
+    temperature: float, top_k: int | None, top_p: float | None
+) -> None:
+    """Refuse settings ``sample`` cannot use, saying what it expected."""
+    if not (_is_number(temperature) and 0 < temperature < math.inf):
+        raise ValueError(
+            f"temperature must be a positive number, got {temperature!r}"
+        )
+    is_int = isinstance(top_k, int) and not isinstance(top_k, bool)
+    if top_k is not None and not (is_int and top_k >= 1):
+        raise ValueError(
+            f"top_k must be a positive integer or None, got {top_k!r}"
+        )
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
 def sampling_probs(
     logits: torch.Tensor,
     temperature: float,
@@ -246,17 +265,7 @@ def sample(
     Returns:
         ``(B, L)`` long ids with ``L <= max_len``, ``<bos>`` first.
     """
-    if not (_is_number(temperature) and 0 < temperature < math.inf):
-        raise ValueError(
-            f"temperature must be a positive number, got {temperature!r}"
-        )
-    is_int = isinstance(top_k, int) and not isinstance(top_k, bool)
-    if top_k is not None and not (is_int and top_k >= 1):
-        raise ValueError(
-            f"top_k must be a positive integer or None, got {top_k!r}"
-        )
-    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    check_sampling(temperature, top_k, top_p)
     if seed is not None and generator is not None:
         raise ValueError("give a generator or a seed, not both")
     random = None if seed is None else Mulberry32(seed)

@@ -3,7 +3,7 @@
 The page reads the files of an export (``aiayn.onnx_graphs``) and runs them with onnxruntime:
 ``OnnxModel`` holds the three graphs it downloads, ``Cache`` the keys and values a search keeps
 between steps, ``Vocabulary``, ``bpe_encode``, ``source_ids`` and ``detokenize`` are its
-tokenizer, ``greedy`` and ``beam_search`` its search, ``attention`` the weights it draws.
+tokenizer, ``greedy``, ``beam_search`` and ``sample`` its search, ``attention`` the weights it draws.
 ``score_files`` is the BLEU that ``python -m aiayn.export`` records in the manifest. Each function has
 a twin of the same name in translator.mjs, camelCase there (``beam_search`` is ``beamSearch``).
 
@@ -24,13 +24,15 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from .decoding import check_sampling, sampling_probs
 from .onnx_graphs import (
     CROSS_KV_OUTPUTS,
     ENCODER_OUTPUTS,
@@ -41,6 +43,7 @@ from .onnx_graphs import (
     _bar,
     graph_file,
 )
+from .seeded import Mulberry32, draw
 from .translation import is_blank, normalise
 
 BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
@@ -231,6 +234,43 @@ def greedy(
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
         log_probs, cache = model.step(cache, last)[:2]
         token = int(np.argmax(log_probs[0]))  # the first of equal maxima
+        ys.append(token)
+        if token == vocab.eos_id:
+            break
+    return ys
+
+
+def sample(
+    model: OnnxModel,
+    vocab: Vocabulary,
+    src_ids: list[int],
+    limit: int,
+    sampling: dict[str, Any],
+    on_step: Callable[[int, np.ndarray], None] | None = None,
+) -> list[int]:
+    """Draw every token as ``aiayn.decoding.sample(..., seed=)`` does; ``<bos>`` first.
+
+    Args:
+        sampling: ``{"temperature", "top_k", "top_p", "seed"}``; ``top_k`` and ``top_p``
+            may be ``None`` (keep all).
+        on_step: told each token drawn and the ``(V,)`` probabilities it was drawn from.
+    """
+    temperature, top_k = sampling["temperature"], sampling["top_k"]
+    top_p = sampling["top_p"]
+    check_sampling(temperature, top_k, top_p)
+    random = Mulberry32(sampling["seed"])
+    src = np.array([src_ids], dtype=np.int64)  # (1, S)
+    memory, _ = model.encode(src)
+    cache = model.start(memory, src)
+    ys = [vocab.bos_id]
+    while len(ys) < limit:
+        last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
+        log_probs, cache = model.step(cache, last)[:2]
+        logits = torch.from_numpy(log_probs)  # (1, V)
+        probs = sampling_probs(logits, temperature, top_k, top_p)  # (1, V)
+        token = int(draw(probs, random)[0])
+        if on_step is not None:
+            on_step(token, probs[0].numpy())
         ys.append(token)
         if token == vocab.eos_id:
             break

@@ -53,6 +53,27 @@ test('float32: greedy and beamSearch give Python\'s tokens', async (t) => {
   assert.ok(got.length >= 50);
 });
 
+test('float32: sample draws Python\'s tokens for each seed', async (t) => {
+  const sampled = cases.fp32.filter((c) => c.sampled);
+  assert.ok(sampled.length >= 6);
+  let draws = 0;
+  for (const [i, c] of sampled.entries()) {
+    const {src, limit} = cases.sentences[i];
+    for (const {sampling: how, ids} of c.sampled) {
+      const sampling = {temperature: how.temperature, topK: how.top_k,
+        topP: how.top_p, seed: how.seed};
+      const steps = [];
+      const got = await tr.sample(model, vocab, src, limit, sampling,
+          (token, probs) => steps.push([token, probs[token]]));
+      assert.deepEqual(got, ids, JSON.stringify(how));
+      assert.equal(steps.length, got.length - 1); // one draw a token
+      assert.ok(steps.every(([, p]) => p > 0)); // never a filtered token
+      draws += steps.length;
+    }
+  }
+  t.diagnostic(`${draws} draws the same as Python's`);
+});
+
 test('float32: attention is Python\'s within 1e-4', async (t) => {
   for (const c of cases.attention.fp32) {
     const got = await tr.attention(model, c.src, c.ys);

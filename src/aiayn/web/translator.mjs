@@ -5,6 +5,8 @@
 // N layers, h heads, P positions in the cache, L new positions. Ids are
 // plain numbers; the graphs read int64 tensors.
 
+import {Mulberry32, checkSampling, choose} from './sampling.mjs';
+
 const BOUNDARY = '\u2581'; // "▁", sentencepiece's word boundary
 // characters that take no room (Python's translation.ZERO_WIDTH): zero-width
 // space, non-joiner and joiner, word joiner, byte-order mark
@@ -190,6 +192,29 @@ export async function greedy(model, vocab, srcIds, limit) {
     let logProbs;
     [logProbs, cache] = await model.step(cache, last);
     const token = argmax(logProbs.data); // the first of equal maxima
+    ys.push(token);
+    if (token === vocab.eosId) break;
+  }
+  return ys;
+}
+
+/** Draw every token as aiayn.decoding.sample(..., seed=) does (sampling.mjs):
+ *  sampling {temperature, topK, topP, seed}; onStep(token, probs (V)) is told
+ *  each draw as it happens. srcIds (S) -> ids, <bos> first. */
+export async function sample(model, vocab, srcIds, limit, sampling,
+    onStep = null) {
+  checkSampling(sampling);
+  const random = new Mulberry32(sampling.seed);
+  const src = model.int64([srcIds]); // (1, S)
+  const [memory] = await model.encode(src);
+  let cache = await model.start(memory, src);
+  const ys = [vocab.bosId];
+  while (ys.length < limit) {
+    const last = model.int64([ys.slice(-1)]); // (1, 1)
+    let logProbs;
+    [logProbs, cache] = await model.step(cache, last);
+    const {id: token, probs} = choose(logProbs.data, sampling, random);
+    if (onStep !== null) onStep(token, probs);
     ys.push(token);
     if (token === vocab.eosId) break;
   }

@@ -6,21 +6,25 @@
 //   {id, kind: 'load', ort, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, settings}
 //       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred)
 //       -> {id, value: {pieces: V}}
-//   {id, kind: 'translate', sentence, beam}
+//   {id, kind: 'translate', sentence, beam, sampling}
+//       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
+//       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
+//       (the STEP_TOP most probable pieces), before the answer
 //       -> {id, value: {problem}} for a sentence it cannot translate, with the reader's words, or
 //          {id, value: {english, ms, ids (S), ys (T + 1), tokens, maps}}: tokens as the heat map
 //          reads them, {source (S), decoder_in (T), decoder_out (T)} pieces; maps {encoder
 //          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
 //   a failure answers {id, error: message}.
 
-import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, sourceIds, translateIds}
-  from './translator.mjs';
+import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
+  translateIds} from './translator.mjs';
 
 let translator = null;  // {model, vocab, settings}, once loaded
 // searched once while loading, greedy and with beam search: a first search pays for compiling the
 // runtime's kernels (WebAssembly is compiled fast at first and well once it runs), which would otherwise
 // count in the time the reader's first sentence takes
 const WARM_UP = 'Ein Hund läuft über die Wiese.';
+const STEP_TOP = 5;  // pieces shown for each draw
 
 /**
  * Why a sentence cannot be translated, or its source ids.
@@ -68,14 +72,25 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
   return {pieces: translator.vocab.pieces.length};
 }
 
-/** Greedy (beam 1) or beam search of one sentence, timed, and the attention of its translation. */
-async function translate({sentence, beam}) {
+/** The STEP_TOP most probable pieces of a draw, [[piece, p], ...], most probable first. */
+export function topPieces(vocab, probs, k = STEP_TOP) {
+  const order = [...probs.keys()].sort((a, b) => probs[b] - probs[a]).slice(0, k);
+  return order.map(i => [vocab.pieces[i], probs[i]]);
+}
+
+/** Greedy (beam 1), beam search or sampling of one sentence, timed, and the attention of its
+ * translation; `post(step)` is told each draw of a sampling. */
+async function translate({sentence, beam, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab, settings} = translator;
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
   const started = performance.now();
-  const ys = await translateIds(model, vocab, ids, settings, beam);  // <bos> first
+  const onStep = (token, probs) =>
+    post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
+  const ys = sampling === null  // <bos> first
+    ? await translateIds(model, vocab, ids, settings, beam)
+    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
   const ms = performance.now() - started;
   const maps = await attention(model, ids, ys);
   const pieces = list => list.map(i => vocab.pieces[i]);
@@ -93,7 +108,8 @@ if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScop
   self.addEventListener('message', ({data}) => {
     queue = queue.then(async () => {
       try {
-        self.postMessage({id: data.id, value: await jobs[data.kind](data)});
+        const post = step => self.postMessage({id: data.id, step});
+        self.postMessage({id: data.id, value: await jobs[data.kind](data, post)});
       } catch (err) {
         self.postMessage({id: data.id, error: err.message || String(err)});
       }
