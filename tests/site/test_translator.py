@@ -1,13 +1,14 @@
 """Chapter 11.4: the translator that runs in the reader's browser, driven in Chromium.
 
-With the model in the built site (``make book`` with ``$AIAYN_MODEL``), the page must give, for a sentence of
-its reader's, the English that ``aiayn.onnx_translator`` gives in Python for the same int8 files, greedy and with beam
-search; draw that sentence's attention and redraw it for another layer and head; refuse bad input with a
-message that leaves no earlier answer on screen; read a sentence as Python does (umlauts composed, whitespace
-collapsed); offer sentences the model knows and one it does not; search off the main thread, so that no task
-of the page's holds it longer than 250 ms; state one download size, the chapter's; publish no path of the
-machine that built it; and load nothing heavy before the reader asks, nor anything twice. Without the model
-files, it shows chapter 11.2's examples and one line on how to get the live version.
+With the model in the built site (``make book`` with ``$AIAYN_MODEL``), the page must give, for a sentence of its
+reader's, the English that ``aiayn.onnx_translator`` gives in Python for the same int8 files, greedy and with beam
+search, and, sampling with a seed, the sentence ``onnx_translator.sample`` draws; draw that sentence's attention
+and redraw it for another layer and head; refuse bad input with a message that leaves no earlier answer on screen;
+read a sentence as Python does (umlauts composed, whitespace collapsed); offer sentences the model knows and one it
+does not; search off the main thread, so that no task of the page's holds it longer than 250 ms; state one download
+size, the chapter's; publish no path of the machine that built it; and load nothing heavy before the reader asks,
+nor anything twice. Without the model files, it shows chapter 11.2's examples and one line on how to get the live
+version.
 
 A site built without the model on a machine that has it fails here: it would publish the examples instead.
 The times the page shows are printed (``pytest -s``), not asserted: they are the reader's machine's.
@@ -218,6 +219,18 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         assert shown == english_of(twin, decomposed, 1) == english_of(twin, "Zwei Mädchen überqueren die Brücke.", 1)
         assert "girls" in shown and "bridge" in shown, shown
 
+        # sampling with a seed: Python's sentence, each draw listed as it came, the same again for the same seed
+        page.fill("#aiayn-german", SENTENCE)
+        english, draws = _sample(page, temperature="1.3", top_k="", top_p="0.95", seed="7")
+        ys = _sampled(twin, {"temperature": 1.3, "top_k": None, "top_p": 0.95, "seed": 7})
+        assert english == vocab_text(twin, ys), f"seed 7: the page wrote {english!r}"
+        assert [d.split(" ", 1)[0] for d in draws] == [vocab.pieces[i] for i in ys[1:]], draws
+        assert _sample(page, temperature="1.3", top_k="", top_p="0.95", seed="7")[0] == english
+        other = _sampled(twin, {"temperature": 1.3, "top_k": None, "top_p": 0.95, "seed": 8})
+        assert _sample(page, temperature="1.3", top_k="", top_p="0.95", seed="8")[0] == vocab_text(twin, other)
+        print(f"sampled, seed 7: {english}")
+        assert "must be a positive number" in _sample(page, temperature="0", top_k="", top_p="", seed="1")[0]
+
         problems = report.console_errors + report.page_errors + report.failed_local + report.external
         assert not problems, problems
         print(f"load: {load_s:.1f} s from the local server; greedy {times[1]} ms, beam {settings['beam']} "
@@ -235,6 +248,39 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         assert not (second_report.console_errors + second_report.page_errors)
     finally:
         context.close()
+
+
+def _sample(page, **settings: str) -> tuple[str, list[str]]:
+    """Choose sampling, set its fields, press Translate; the English (or the message of a failure) and the
+    lines of the draws."""
+    page.check("input[name=aiayn-decoding][value=sample]")
+    for name, value in settings.items():
+        page.fill(f"input[name={name.replace('_', '-')}]", value)
+    page.evaluate("() => { document.querySelector('.aiayn-message').textContent = ''; }")
+    page.click(".aiayn-translate")
+    page.wait_for_function(
+        """() => { const text = document.querySelector('.aiayn-message').textContent;
+             return text !== '' && !text.startsWith('Translating')
+               && !document.querySelector('.aiayn-translate').disabled; }""",
+        timeout=TRANSLATE_MS,
+    )
+    if page.is_visible(".aiayn-message.aiayn-error"):
+        return page.inner_text(".aiayn-message"), []
+    draws = page.eval_on_selector_all(".aiayn-draws li", "lis => lis.map(li => li.textContent)")
+    return page.inner_text(".aiayn-english"), draws
+
+
+def _sampled(twin, sampling: dict) -> list[int]:
+    from aiayn.onnx_translator import output_limit, sample
+
+    model, vocab, settings, ids = twin
+    return sample(model, vocab, ids, output_limit(len(ids), settings), sampling)
+
+
+def vocab_text(twin, ys: list[int]) -> str:
+    from aiayn.onnx_translator import detokenize
+
+    return detokenize(twin[1], ys)
 
 
 def english_of(twin, text: str, beam: int) -> str:

@@ -138,14 +138,16 @@ async function fileOf(url, entry, progress) {
 const megabytes = n => `${(n / 1e6).toFixed(1)} MB`;
 
 /**
- * The worker, asked one thing at a time: ask(kind, fields, transfer) -> a Promise of its answer (worker.mjs
- * lists what it answers); a worker that fails rejects every question still open.
+ * The worker, asked one thing at a time: ask(kind, fields, transfer, onStep) -> a Promise of its answer
+ * (worker.mjs lists what it answers; onStep sees each draw of a sampling as it comes); a worker that fails
+ * rejects every question still open.
  */
 function startWorker() {
   const worker = new Worker(here('worker.mjs'), {type: 'module'});
   const open = new Map();  // id -> {resolve, reject}
   let next = 0;
   worker.addEventListener('message', ({data}) => {
+    if ('step' in data) return open.get(data.id)?.onStep(data.step);  // a draw, while sampling
     const {resolve, reject} = open.get(data.id);
     open.delete(data.id);
     if ('error' in data) reject(new Error(data.error));
@@ -158,9 +160,9 @@ function startWorker() {
     }
     open.clear();
   });
-  return (kind, fields = {}, transfer = []) => new Promise((resolve, reject) => {
+  return (kind, fields = {}, transfer = [], onStep = () => {}) => new Promise((resolve, reject) => {
     const id = next++;
-    open.set(id, {resolve, reject});
+    open.set(id, {resolve, reject, onStep});
     worker.postMessage({id, kind, ...fields}, transfer);
   });
 }
@@ -233,7 +235,47 @@ function knows(text) {
     ' comes out as nonsense. Click a sentence to put it in the box.');
 }
 
-/** The translator itself: the text box, greedy or beam search, the English, the attention. */
+/** Sampling's settings (decoding.sample's temperature, top_k, top_p and seed), shown while "sampling" is
+ * chosen; `read()` gives them as the worker takes them (an empty top-k or top-p keeps every token). */
+function samplingControls() {
+  const field = (label, attrs) => {
+    const input = element('input', {type: 'number', class: 'aiayn-knob', ...attrs});
+    return [element('label', {}, `${label} `, input), input];
+  };
+  const [t, temperature] = field('temperature', {name: 'temperature', min: 0.05, max: 5, step: 0.05, value: 1});
+  const [k, topK] = field('top-k', {name: 'top-k', min: 1, step: 1, placeholder: 'all'});
+  const [p, topP] = field('top-p', {name: 'top-p', min: 0.05, max: 1, step: 0.05, value: 0.9});
+  const [s, seed] = field('seed', {name: 'seed', min: 0, step: 1, value: 1});
+  const box = element('div', {class: 'aiayn-row aiayn-sampling', hidden: true}, t, k, p, s);
+  const number = (input, empty) => (input.value.trim() === '' ? empty : Number(input.value));
+  const read = () => ({temperature: number(temperature, NaN), topK: number(topK, null),
+    topP: number(topP, null), seed: number(seed, NaN)});
+  return {box, read};
+}
+
+/** The draws of a sampling, one line each as the worker posts it: the piece drawn, then the five most
+ * probable pieces of that step with bars as long as their probability. */
+function drawsView() {
+  const list = element('ol', {class: 'aiayn-draws', hidden: true});
+  const bar = ([piece, p], chosen) => element('span', {class: `aiayn-bar${chosen ? ' aiayn-chosen' : ''}`,
+    style: `--p: ${(100 * p).toFixed(1)}%`, title: `${piece}: ${p.toFixed(3)}`}, `${piece} ${p.toFixed(2)}`);
+  return {
+    list,
+    clear() { list.replaceChildren(); list.hidden = true; },
+    add({token, p, top}) {
+      const shown = top.some(([piece]) => piece === token) ? top : [...top, [token, p]];
+      list.append(element('li', {}, element('strong', {}, token), ' ',
+        ...shown.map(entry => bar(entry, entry[0] === token))));
+      list.hidden = false;
+      list.scrollTop = list.scrollHeight;
+    },
+  };
+}
+
+const describe = ({temperature, topK, topP, seed}) => `sampling (T = ${temperature}, ` +
+  `top-k ${topK ?? 'all'}, top-p ${topP ?? 'all'}, seed ${seed})`;
+
+/** The translator itself: the text box, greedy or beam search or sampling, the English, the attention. */
 function live(root, site, manifest, manifestUrl) {
   const beam = manifest.settings.beam;
   const total = site.download.bytes;
@@ -245,19 +287,23 @@ function live(root, site, manifest, manifestUrl) {
     `Load the translator (${megabytes(total)})`);
   const go = element('button', {type: 'submit', class: 'aiayn-translate', disabled: true}, 'Translate');
   const progress = element('progress', {value: 0, max: total, hidden: true});
-  const form = element('form', {class: 'aiayn-form'},
+  const knobs = samplingControls();
+  const form = element('form', {class: 'aiayn-form', novalidate: ''},  // the worker checks, as Python
     element('label', {for: 'aiayn-german', class: 'aiayn-field'}, 'German'), text, knows(text),
     element('div', {class: 'aiayn-row'},
       element('span', {class: 'aiayn-choice'}, choice('greedy', 'greedy', true),
-        choice('beam', `beam search, K = ${beam}`, false)),
-      load, go, progress));
+        choice('beam', `beam search, K = ${beam}`, false), choice('sample', 'sampling', false)),
+      load, go, progress), knobs.box);
   const message = element('p', {class: 'aiayn-message', role: 'status', 'aria-live': 'polite'},
     `Press the button to load the translator: the model (${megabytes(total - site.runtime.bytes)}) and ` +
     `onnxruntime-web (${megabytes(site.runtime.bytes)}) load once, and the browser keeps them.`);
   const english = element('p', {class: 'aiayn-english', lang: 'en', hidden: true});
   const timing = element('p', {class: 'aiayn-timing', hidden: true});
-  root.append(form, message, english, timing);
+  const draws = drawsView();
+  root.append(form, message, english, timing, draws.list);
   const view = new AttentionView(root);
+  const chosen = () => form.elements['aiayn-decoding'].value;
+  form.addEventListener('change', () => { knobs.box.hidden = chosen() !== 'sample'; });
   root.append(paragraph('aiayn-terms', TERMS));
 
   const say = (text, isError = false) => {
@@ -267,6 +313,7 @@ function live(root, site, manifest, manifestUrl) {
   const clear = () => {  // no answer on screen but the one to the sentence in the box
     english.hidden = timing.hidden = true;
     english.textContent = timing.textContent = '';
+    draws.clear();
     view.clear();
   };
   let ask = null;
@@ -287,20 +334,26 @@ function live(root, site, manifest, manifestUrl) {
   form.addEventListener('submit', async event => {
     event.preventDefault();
     if (ask === null || go.disabled) return;
-    const k = form.elements['aiayn-decoding'].value === 'beam' ? beam : 1;
+    const k = chosen() === 'beam' ? beam : 1;
+    const sampling = chosen() === 'sample' ? knobs.read() : null;
+    const how = sampling ? describe(sampling) : k === 1 ? 'greedy' : `beam search, K = ${k}`;
     clear();
     go.disabled = true;
-    say(k === 1 ? 'Translating (greedy)…' : `Translating (beam search, K = ${k})…`);
-    try {
-      const answer = await ask('translate', {sentence: text.value, beam: k});  // in the worker
+    say(`Translating (${how})…`);
+    try {  // in the worker
+      const answer = await ask('translate', {sentence: text.value, beam: k, sampling}, [], draws.add);
       if (answer.problem) return say(answer.problem, true);
       english.textContent = answer.english;
-      timing.textContent = `${k === 1 ? 'Greedy search' : `Beam search (K = ${k})`}: ` +
+      timing.textContent = `${how[0].toUpperCase()}${how.slice(1)}: ` +
         `${Math.round(answer.ms).toLocaleString('en')} ms on this machine (one thread), ` +
         `${answer.ids.length} German and ${answer.ys.length - 1} English pieces.`;
       english.hidden = timing.hidden = false;
       view.show(answer.tokens, answer.maps);
-      say('Below: where the model looked while it wrote this translation.');
+      say(sampling === null ? 'Below: where the model looked while it wrote this translation.'
+        : 'Below: each draw, with the five most probable pieces of its step, then where the model looked. ' +
+          `The same settings and seed give this sentence in Python: onnx_translator.sample on these files, ` +
+          `and decoding.sample(…, seed=${sampling.seed}) with the PyTorch model (chapter 8.4) nearly always ` +
+          '(int8 rounding can move a draw).');
     } catch (err) {
       say(`The translation failed: ${err.message}`, true);
     } finally {

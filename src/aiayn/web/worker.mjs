@@ -72,9 +72,10 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
   return {pieces: translator.vocab.pieces.length};
 }
 
-/** The STEP_TOP most probable pieces of a draw, [[piece, p], ...], most probable first. */
+/** The STEP_TOP most probable pieces of a draw, [[piece, p], ...], most probable first; none that top-k or
+ * top-p left out. */
 export function topPieces(vocab, probs, k = STEP_TOP) {
-  const order = [...probs.keys()].sort((a, b) => probs[b] - probs[a]).slice(0, k);
+  const order = [...probs.keys()].filter(i => probs[i] > 0).sort((a, b) => probs[b] - probs[a]).slice(0, k);
   return order.map(i => [vocab.pieces[i], probs[i]]);
 }
 
