@@ -73,7 +73,7 @@ def stepthrough_attention_frame(
     Returns:
         Columns ``layer``, ``head`` (from 1), ``token`` (from 0), ``scores`` and ``weights`` (the
         row's q·k, ``None`` where masked, and softmax weights over the keys), ``output`` (W^O's
-        output for the token, its first dimensions, the same for every head) and its ``norm``;
+        output for the token, its first dimensions, on head 1's rows only) and its ``norm``;
         with q, k and v in the record also ``q``, ``k``, ``v``, ``out`` (the head's output) and
         ``w_col`` (the weight each query gives this token as a key).
     """
@@ -93,7 +93,10 @@ def stepthrough_attention_frame(
                 zip(scores, weights, strict=True)
             ):
                 row = {"layer": n, "head": head, "token": token, "scores": s, "weights": w,
-                       "output": a["output"]["first"][token], "norm": a["output"]["norm"][token]}  # fmt: skip
+                       "output": None, "norm": None}  # fmt: skip
+                if head == 1:  # the same for every head: kept once
+                    row["output"] = a["output"]["first"][token]
+                    row["norm"] = a["output"]["norm"][token]
                 if "q" in a:
                     i = head - 1
                     row |= {"q": a["q"][i][token], "k": a["k"][i][token], "v": a["v"][i][token],
