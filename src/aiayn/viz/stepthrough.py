@@ -116,7 +116,7 @@ def _step_bars(
     )
     label = (
         "datum.score == null ? (step == 3 ? '−∞' : step == 4 ? '0' : '·') : "
-        "step == 4 ? format(datum.value, '.2f') : format(datum.value, '.1f')"
+        "format(datum.value, step == 4 ? '.2f' : step == 1 ? '.0f' : '.1f')"
     )
     rows = (
         base.transform_filter(
