@@ -64,10 +64,14 @@ def test_the_add_norm_chart_shows_the_layers_vectors_and_the_units_that_fire():
     units = sorted(rows_with(data, "unit", "act", "rank"), key=lambda r: r["rank"])
     assert [r["unit"] for r in units] == ffn["units"][1]
     cells = rows_with(data, "which", "value", "step", "dim")
-    norm_1 = sorted((r for r in cells if r["step"] == 3), key=lambda r: r["dim"])
+    norm_1 = sorted((r for r in cells if r["step"] == 5), key=lambda r: r["dim"])
     assert [r["value"] for r in norm_1] == layer["add_norm_1"]["norm"]["first"][1]
     norms = {r["step"]: r["norm"] for r in rows_with(data, "which", "norm", "step")}
-    assert norms[6] == layer["add_norm_2"]["norm"]["norm"][1]
+    assert norms[8] == layer["add_norm_2"]["norm"]["norm"][1]
+    assert {r["step"] for r in cells} == set(range(2, 9))  # no embedding rows after layer 1
+    first = rows_with(vega_data(chart, layer=1, token=2), "which", "value", "step", "dim")
+    position = sorted((r for r in first if r["step"] == 1), key=lambda r: r["dim"])
+    assert [r["value"] for r in position] == RECORD["encoder"]["embed"]["position"]["first"][1]
 
 
 def test_the_decoder_chart_masks_later_pieces_and_shows_the_weights():

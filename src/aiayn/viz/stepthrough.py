@@ -24,8 +24,11 @@ __all__ = [
 
 # the step slider of the attention charts: what the bars show
 ATTENTION_STEPS = ["q·k", "÷ √d_k", "mask", "softmax"]
-# the vectors of an encoder layer, in order: (record step, its label)
+# the vectors of an encoder layer, in order: (record step, its label); the first two, whose
+# sum is layer 1's input, are drawn for layer 1 only
 _LAYER_VECTORS = [
+    ("token", "embedding × √d_model"),
+    ("position", "+ positional encoding"),
     ("input", "x (layer input)"),
     ("attention", "attention(x)"),
     ("add_1", "x + attention(x)"),
@@ -337,8 +340,9 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
     """An encoder layer's Add & Norm and feed-forward network for one token, with real numbers.
 
     Sliders pick the ``layer`` and the ``token``. Panels: the first dimensions of the seven vectors
-    of the layer, from its input to its output (a heat map), their norms (bars), and the feed-forward
-    network's largest hidden units with how many of d_ff are above zero.
+    of the layer, from its input to its output (a heat map; in layer 1 the token's embedding times
+    sqrt(d_model) and its positional encoding above them), their norms (bars), and the
+    feed-forward network's largest hidden units with how many of d_ff are above zero.
 
     Args:
         record: from ``aiayn.stepthrough.load_stepthrough``.
@@ -348,7 +352,10 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
     sizes, source = record["sizes"], record["tokens"]["source"]
     rows = []
     for n, steps in enumerate(record["encoder"]["layers"], start=1):
+        embed = record["encoder"]["embed"] if n == 1 else {}
         vectors = {
+            "token": embed.get("token"),
+            "position": embed.get("position"),
             "input": steps["input"],
             "attention": steps["attention"]["output"],
             "add_1": steps["add_norm_1"]["add"],
@@ -362,8 +369,9 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
             row = {"layer": n, "token": t, "units": ffn["units"][t], "acts": ffn["activations"][t],
                    "active": ffn["active"][t]}  # fmt: skip
             for i, (name, _) in enumerate(_LAYER_VECTORS):
-                row[f"v{i}"] = vectors[name]["first"][t]
-                row[f"n{i}"] = vectors[name]["norm"][t]
+                v = vectors[name]
+                row[f"v{i}"] = v["first"][t] if v else None
+                row[f"n{i}"] = v["norm"][t] if v else None
             rows.append(row)
     frame = pd.DataFrame(rows)
     labels = _js([label for _, label in _LAYER_VECTORS])
@@ -375,6 +383,7 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
     step_axis = alt.Axis(labelExpr=f"{labels}[datum.value]")
     vectors = (
         base.transform_fold(names, as_=["which", "values"])
+        .transform_filter("datum.values != null")  # layer 1's embedding rows
         .transform_flatten(["values"], as_=["value"])
         .transform_window(dim="row_number()", groupby=["which"])
         .transform_calculate(
