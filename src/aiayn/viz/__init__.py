@@ -75,6 +75,7 @@ from . import (  # noqa: E402
     foundations,
     model,
     positions,
+    stepthrough,
     training,
     translation,
 )
@@ -83,6 +84,7 @@ from .evaluation import *  # noqa: E402, F403
 from .foundations import *  # noqa: E402, F403
 from .model import *  # noqa: E402, F403
 from .positions import *  # noqa: E402, F403
+from .stepthrough import *  # noqa: E402, F403
 from .training import *  # noqa: E402, F403
 from .translation import *  # noqa: E402, F403
 
@@ -93,3 +95,4 @@ __all__ += (
     + model.__all__
 )  # noqa: F405
 __all__ += positions.__all__ + training.__all__ + translation.__all__  # noqa: F405
+__all__ += stepthrough.__all__  # noqa: F405
