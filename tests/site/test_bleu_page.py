@@ -69,10 +69,10 @@ def test_typing_rescores_as_python_does(page):
 def test_two_references_and_lowercase(page):
     refs = ["the cat is on the mat", "there is a cat on the mat"]
     page.fill(f"{ROOT} input[name=hypothesis]", "The the the cat")
-    page.fill(f"{ROOT} textarea", "\n".join(refs))
+    page.fill(f"{ROOT} textarea[name=references]", "\n".join(refs))
     assert_same(page, python("The the the cat", refs))
     page.check(f"{ROOT} input[name=lowercase]")
     assert_same(page, python("The the the cat", refs, lowercase=True))
-    page.fill(f"{ROOT} textarea", "  ")
+    page.fill(f"{ROOT} textarea[name=references]", "  ")
     assert page.locator(f"{ROOT} [data-bleu]").count() == 0
     assert "at least one reference" in page.inner_text(ROOT)

@@ -20,8 +20,9 @@ export function mount(root) {
   root.classList.add('aiayn-bleu-calc');
   root.dataset.aiaynLive = ''; // its controls are answered here, in the browser
   addStylesheet();
-  const hyp = field(root, 'input', 'hypothesis', HYPOTHESIS);
-  const ref = field(root, 'textarea', 'reference(s), one per line', REFERENCE);
+  const hyp = field(root, 'input', 'hypothesis', 'hypothesis', HYPOTHESIS);
+  const ref = field(root, 'textarea', 'references',
+      'reference(s), one per line', REFERENCE);
   const lower = document.createElement('input');
   lower.type = 'checkbox';
   lower.name = 'lowercase';
@@ -53,15 +54,15 @@ function element(tag, className, text) {
   return node;
 }
 
-function field(root, tag, label, value) {
-  const name = element('label', 'aiayn-field', label);
+function field(root, tag, name, label, value) {
+  const title = element('label', 'aiayn-field', label);
   const control = element(tag);
-  control.name = label.split(' ')[0];
+  control.name = name;
   control.value = value;
   control.spellcheck = false;
   if (tag === 'textarea') control.rows = 2;
-  name.append(control);
-  root.append(name);
+  title.append(control);
+  root.append(title);
   return control;
 }
 
