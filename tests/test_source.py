@@ -215,3 +215,13 @@ def test_every_function_of_the_page_translator_can_be_shown():
         block = source.show_js(name)
         assert block.path == "aiayn/web/translator.mjs" and block.code.rstrip().endswith("}"), name
         assert all(len(line) <= source.WIDTH for line in block.code.splitlines()), name
+
+
+def test_bleu_page_mounts_a_module_the_site_serves():
+    from aiayn.source import bleu_page
+
+    html = bleu_page().data
+    module = re.search(r'import\("\.\./_static/translator/(\w+\.mjs)"\)', html)
+    assert module is not None, html
+    assert (source._PACKAGE_ROOT / "web" / module[1]).is_file()
+    assert 'id="aiayn-bleu"' in html and 'getElementById("aiayn-bleu")' in html

@@ -169,3 +169,42 @@ def test_embedding_scale_chart_matches_measured_norms():
             measured = (table.norm(dim=-1).mean() * math.sqrt(d) / pe).item()
             assert curve[d] == pytest.approx(measured, rel=0.03)
     assert all(ratio == pytest.approx(math.sqrt(2)) for ratio in t2t.values())
+
+
+# --- chapter 2.3: the published table's map ------------------------------------------------------
+
+
+@pytest.mark.parametrize("piece", ["\u2581the"])  # neighbours of both languages; one run, Node is slow to start
+def test_embedding_map_chart_highlights_the_record_s_neighbours(piece):
+    from vega_runner import vega_data
+
+    from aiayn.embedding_map import load_embedding_map
+
+    record = load_embedding_map()
+    where = {p["piece"]: p for p in record["pieces"]}
+    chart = viz.embedding_map_chart(record, k=6)
+    (param,) = chart.to_dict()["params"]
+    assert param["bind"]["input"] == "select" and len(param["bind"]["options"]) == len(record["pieces"])
+    data = vega_data(chart, piece=piece)
+    (chosen,), *others = [rows for rows in data.values() if len(rows) == 1]  # the diamond and its label
+    assert all(rows == [chosen] for rows in others)
+    assert chosen["piece"] == piece and (chosen["x"], chosen["y"]) == (where[piece]["x"], where[piece]["y"])
+    drawn = [rows for rows in data.values() if len(rows) == 6 and "nx" in rows[0]]
+    assert drawn, "no layer draws the neighbours"
+    languages = {where[name]["lang"] for name, _ in where[piece]["neighbours"][:6]}
+    assert languages == {"de", "en"}, "pick a piece whose neighbours are of both languages"
+    for rows in drawn:  # spokes, rings, names and the list: the record's first six, at their places
+        assert [(r["neighbour"], r["cosine"]) for r in rows] == [tuple(n) for n in where[piece]["neighbours"][:6]]
+        for r in rows:
+            assert (r["nx"], r["ny"]) == (where[r["neighbour"]]["x"], where[r["neighbour"]]["y"])
+            assert (r["x"], r["y"]) == (where[piece]["x"], where[piece]["y"])
+            assert r["language"] == {"de": "German", "en": "English"}[where[r["neighbour"]]["lang"]]
+
+
+def test_embedding_map_chart_rejects_a_piece_off_the_map():
+    from aiayn.embedding_map import load_embedding_map
+
+    with pytest.raises(ValueError, match="piece 'Hund' is not on the map; it holds 300 pieces"):
+        viz.embedding_map_chart(load_embedding_map(), piece="Hund")
+    with pytest.raises(ValueError, match="k must be between 1 and 10, got 11"):
+        viz.embedding_map_chart(load_embedding_map(), k=11)

@@ -76,3 +76,70 @@ def test_param_count_chart_describes_itself():
     assert "Table 3" in viz.param_count_chart(frame).to_dict()["description"]
     chart = viz.param_count_chart(frame, description="Gaps per row.")
     assert chart.to_dict()["description"] == "Gaps per row."
+
+
+# --- chapter 12: the three families' masks ---------------------------------------------------------
+
+SOURCE, TARGET = ["Ein", "Hund", "rennt", "</s>"], ["<s>", "A", "dog"]
+
+
+def expected_family_masks(S: int, T: int) -> dict:
+    """Each family's mask over S source then T target tokens, put together here from aiayn.masks."""
+    import torch
+
+    from aiayn.masks import decoder_mask, padding_mask, subsequent_mask
+
+    L = S + T
+    real = torch.ones(1, L, dtype=torch.long)  # no padding: every id is 1
+    enc_dec = torch.zeros(L, L, dtype=torch.bool)
+    enc_dec[:S, :S] = padding_mask(real[:, :S], 0)[0, 0]  # broadcast over the S queries
+    enc_dec[S:, :S] = padding_mask(real[:, :S], 0)[0, 0]  # cross-attention: the whole source
+    enc_dec[S:, S:] = subsequent_mask(T)  # the decoder: itself and earlier targets
+    return {
+        "encoder-only (BERT)": padding_mask(real, 0)[0, 0].expand(L, L),
+        "decoder-only (GPT)": decoder_mask(real, 0)[0, 0],
+        "encoder-decoder (T5)": enc_dec,
+    }
+
+
+@pytest.mark.parametrize("family", list(viz.FAMILIES))
+def test_family_mask_chart_shows_the_package_s_masks(family):
+    import torch
+    from vega_runner import vega_data
+
+    chart = viz.family_mask_chart(SOURCE, TARGET)
+    spec = chart.to_dict()
+    (param,) = spec["params"]
+    assert param["bind"] == {"input": "select", "options": list(viz.FAMILIES), "name": "architecture "}
+    data = vega_data(chart, family=family)
+    L = len(SOURCE) + len(TARGET)
+    # the embedded rows of all three families, and what the menu lets through
+    embedded, *drawn = sorted((rows for rows in data.values() if rows), key=len, reverse=True)
+    assert len(embedded) == 3 * L * L and {row["family"] for row in embedded} == set(viz.FAMILIES)
+    cells = drawn[0]
+    assert all(rows == cells for rows in drawn)
+    assert {row["family"] for row in cells} == {family} and len(cells) == L * L
+    got = torch.zeros(L, L, dtype=torch.bool)
+    for row in cells:
+        got[row["query"], row["key"]] = row["value"] == "T"
+        assert row["status"].startswith(("self", "cross")) == (row["value"] == "T")
+    assert torch.equal(got, expected_family_masks(len(SOURCE), len(TARGET))[family])
+    cross = {(r["query"], r["key"]) for r in cells if r["status"].startswith("cross")}
+    S = len(SOURCE)
+    if family == "encoder-decoder (T5)":  # every target query reads every source key, and only those
+        assert cross == {(q, k) for q in range(S, L) for k in range(S)}
+        assert all(r["status"].startswith("none") for r in cells if r["query"] < S <= r["key"])
+    else:
+        assert not cross
+
+
+def test_family_masks_are_the_package_s():
+    import torch
+
+    for family, mask in viz.family_masks(3, 5).items():
+        assert torch.equal(mask, expected_family_masks(3, 5)[family]), family
+
+
+def test_family_mask_chart_needs_both_sides():
+    with pytest.raises(ValueError, match="at least one source and one target token, got 2 and 0"):
+        viz.family_mask_chart(["a", "b"], [])

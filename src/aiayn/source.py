@@ -27,6 +27,7 @@ __all__ = [
     "source_of",
     "show_js",
     "translator_page",
+    "bleu_page",
     "js_source_of",
     "wrap_code",
     "WIDTH",
@@ -378,6 +379,28 @@ def translator_page():
         '<script type="module">\n'
         'import("../_static/translator/page.mjs")\n'
         '  .then((page) => page.mount(document.getElementById("aiayn-translator")))\n'
+        "  .catch(() => {});  // not on the website: the line above stays\n"
+        "</script>"
+    )
+
+
+def bleu_page():
+    """The ``<div>`` where chapter 9 mounts its BLEU calculator (``aiayn/web/bleu_page.mjs``).
+
+    The calculator's numbers come from ``aiayn/web/bleu.mjs``, the twin of ``aiayn.bleu``. The
+    website serves both from ``_static/translator/``, as it serves the translator; elsewhere (Colab,
+    a local Jupyter) the import fails quietly and the ``<div>`` keeps its one line.
+    """
+    from IPython.display import HTML
+
+    return HTML(
+        '<div id="aiayn-bleu">\n'
+        "<p>The BLEU calculator runs on the book's website, in the page's\n"
+        "own JavaScript; here, use <code>BleuCalculator</code> below.</p>\n"
+        "</div>\n"
+        '<script type="module">\n'
+        'import("../_static/translator/bleu_page.mjs")\n'
+        '  .then((page) => page.mount(document.getElementById("aiayn-bleu")))\n'
         "  .catch(() => {});  // not on the website: the line above stays\n"
         "</script>"
     )

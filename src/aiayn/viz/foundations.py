@@ -1,4 +1,4 @@
-"""Chapters 1 and 2, why attention and embeddings: paths, costs, timings, magnitudes."""
+"""Chapters 1 and 2, why attention and embeddings: paths, costs, timings, magnitudes, the learned table."""
 
 from __future__ import annotations
 
@@ -442,6 +442,145 @@ def embedding_scale_chart(
     )
 
 
+_LANGUAGES = {
+    "de": "German",
+    "en": "English",
+    "both": "both",
+    "neither": "neither",
+}
+_LANGUAGE_COLOURS = {
+    "German": "#d6604d",
+    "English": "#2b7bba",
+    "both": "#7f7f7f",
+    "neither": "#bbbbbb",
+}
+
+
+def embedding_map_chart(
+    record: dict, piece: str = "\u2581Hund", k: int = 6
+) -> alt.HConcatChart:
+    """The published table's common pieces on a 2-D map; a menu picks one and shows its nearest pieces.
+
+    Every point is one piece of ``record`` (``aiayn.embedding_map.load_embedding_map()``) at its
+    PCA coordinates, coloured by the language it occurs in. The chosen piece and its ``k`` nearest
+    pieces among the map's (by cosine in all d_model dimensions, not on the map) are drawn larger,
+    joined and labelled, and listed on the right with their cosines. Chosen in the browser.
+
+    Args:
+        record: the embedding map's record.
+        piece: the piece chosen first, e.g. ``"▁Hund"``.
+        k: the neighbours drawn, at most the record's ``k``.
+    """
+    import pandas as pd
+
+    points = record["pieces"]
+    where = {p["piece"]: p for p in points}
+    if not 1 <= k <= record["k"]:
+        raise ValueError(f"k must be between 1 and {record['k']}, got {k}")
+    if piece not in where:
+        raise ValueError(
+            f"piece {piece!r} is not on the map; it holds {len(points)} "
+            f"pieces, e.g. {[p['piece'] for p in points[:5]]}"
+        )
+    dots = [
+        {"piece": p["piece"], "x": p["x"], "y": p["y"],
+         "language": _LANGUAGES[p["lang"]],
+         "near": [name for name, _ in p["neighbours"][:k]],
+         "cos": [cosine for _, cosine in p["neighbours"][:k]]}
+        for p in points
+    ]  # fmt: skip
+    table = pd.DataFrame(dots)
+    options = sorted(where, key=lambda name: (name.lower(), name))
+    chosen = alt.param(
+        name="piece",
+        value=piece,
+        bind=alt.binding_select(options=options, name="piece "),
+    )
+    x = alt.X("x:Q", title="first principal direction")
+    y = alt.Y("y:Q", title="second principal direction")
+    present = [name for lang, name in _LANGUAGES.items()
+               if any(p["lang"] == lang for p in points)]  # fmt: skip
+    palette = alt.Scale(
+        domain=present,
+        range=[_LANGUAGE_COLOURS[name] for name in present],
+    )
+    colour = alt.Color(
+        "language:N",
+        title="occurs mostly in",
+        scale=palette,
+        legend=alt.Legend(orient="bottom"),
+    )
+    base = alt.Chart(table)
+    everyone = base.mark_circle(size=22, opacity=0.35).encode(
+        x=x, y=y, color=colour, tooltip=[alt.Tooltip("piece:N")]
+    )
+    near = (  # the chosen piece's neighbours, one row each, where they are
+        base.transform_filter("datum.piece == piece")
+        .transform_flatten(["near", "cos"], as_=["neighbour", "cosine"])
+        .transform_window(rank="row_number()")
+        .transform_lookup(
+            lookup="neighbour",
+            from_=alt.LookupData(table, "piece", ["x", "y", "language"]),
+            as_=["nx", "ny", "language"],
+        )
+    )
+    spokes = near.mark_rule(color="#555", opacity=0.5).encode(
+        x="x:Q", y="y:Q", x2="nx:Q", y2="ny:Q"
+    )
+    rings = near.mark_circle(size=90, stroke="black", opacity=1).encode(
+        x="nx:Q", y="ny:Q", color=colour,
+        tooltip=[alt.Tooltip("neighbour:N"), alt.Tooltip("cosine:Q")],
+    )  # fmt: skip
+    names = near.mark_text(align="left", dx=6, dy=-6, fontSize=11).encode(
+        x="nx:Q", y="ny:Q", text="neighbour:N"
+    )
+    me = base.transform_filter("datum.piece == piece")
+    centre = me.mark_point(size=220, shape="diamond", filled=True).encode(
+        x=x, y=y, color=alt.value("black")
+    )
+    label = me.mark_text(
+        align="left", dx=9, dy=10, fontSize=13, fontWeight="bold"
+    ).encode(x=x, y=y, text="piece:N")
+    map_ = (everyone + spokes + rings + names + centre + label).properties(
+        width=390, height=360
+    )
+    listing = (
+        near.transform_calculate(
+            line="datum.rank + '. ' + datum.neighbour + '  ' "
+            "+ format(datum.cosine, '.2f')"
+        )
+        .mark_text(align="left", fontSize=12)
+        .encode(
+            x=alt.value(0),
+            y=alt.Y("rank:O", axis=None),
+            text="line:N",
+            color=alt.Color("language:N", scale=palette, legend=None),
+        )
+        .properties(
+            width=140,
+            height=alt.Step(22),
+            title=alt.TitleParams(
+                alt.expr("'nearest to ' + piece"), subtitle="cosine"
+            ),
+        )
+    )
+    return (
+        alt.hconcat(map_, listing)
+        .add_params(chosen)
+        .properties(
+            title=alt.TitleParams(
+                "The published model's embedding table, "
+                f"{len(points)} common pieces",
+                subtitle=(
+                    f"PCA of the unit rows ({record['explained'][0]:.0%} and "
+                    f"{record['explained'][1]:.0%} of the variance); "
+                    f"{k} nearest by cosine in all dimensions"
+                ),
+            )
+        )
+    )
+
+
 __all__ = [
     "path_length_figure",
     "influence_figure",
@@ -449,4 +588,5 @@ __all__ = [
     "timing_chart",
     "embedding_norms_figure",
     "embedding_scale_chart",
+    "embedding_map_chart",
 ]

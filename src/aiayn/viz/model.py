@@ -1,6 +1,8 @@
-"""Chapters 6 and 7, Add & Norm and the full model: normalisation groups, per-layer curves, causality."""
+"""Chapters 6, 7 and 12: normalisation groups, per-layer curves, causality, the three families' masks."""
 
 from __future__ import annotations
+
+import json
 
 import altair as alt
 
@@ -245,7 +247,162 @@ def param_count_chart(
     )
 
 
+FAMILIES = (
+    "encoder-only (BERT)",
+    "decoder-only (GPT)",
+    "encoder-decoder (T5)",
+)
+FAMILY_STATUSES = (
+    "self-attention: may attend",
+    "cross-attention: may attend",
+    "blocked: a later token (look-ahead)",
+    "none: the encoder never reads the target",
+)
+
+
+def family_masks(n_source: int, n_target: int) -> dict:
+    """Which key each query may attend to, family by family, over one sequence of source then target tokens.
+
+    Built from ``aiayn.masks``: BERT's stack passes the padding mask alone (every token sees every
+    token); GPT's passes ``decoder_mask`` (itself and earlier tokens); the paper's (and T5's) encoder
+    uses the padding mask on the source, its decoder ``decoder_mask`` on the target and the source's
+    padding mask for cross-attention, and no source token reads the target. No token is padding.
+
+    Args:
+        n_source: S, the source tokens (first in the sequence).
+        n_target: T, the target tokens (the decoder's input, after them).
+
+    Returns:
+        family name (``FAMILIES``) -> ``(S + T, S + T)`` boolean, ``True`` = may attend.
+    """
+    import torch
+
+    from ..masks import decoder_mask, padding_mask
+
+    S, T, L = n_source, n_target, n_source + n_target
+    ids = torch.arange(1, L + 1)[None]  # (1, L): real tokens, pad id 0
+    src, tgt = ids[:, :S], ids[:, S:]  # (1, S), (1, T)
+    both = torch.zeros(L, L, dtype=torch.bool)
+    both[:S, :S] = padding_mask(src, 0)[0, 0].expand(S, S)  # encoder
+    both[S:, S:] = decoder_mask(tgt, 0)[0, 0]  # decoder self-attention
+    both[S:, :S] = padding_mask(src, 0)[0, 0].expand(T, S)  # cross
+    return {
+        FAMILIES[0]: padding_mask(ids, 0)[0, 0].expand(L, L),
+        FAMILIES[1]: decoder_mask(ids, 0)[0, 0],
+        FAMILIES[2]: both,
+    }
+
+
+def family_mask_chart(
+    source: list[str], target: list[str]
+) -> alt.LayerChart:
+    """The same sequence in the three families, one menu: which tokens each token may attend to.
+
+    The cells come from ``family_masks`` (so from ``aiayn.masks``), computed here and embedded;
+    the menu only picks a family in the browser. A cell is coloured by its kind: self- or
+    cross-attention that is allowed, a later token the look-ahead mask hides, or a pair the
+    encoder-decoder never connects (a source token reading the target).
+
+    Args:
+        source: S source tokens, e.g. ``["Ein", "Hund", "rennt", "</s>"]``.
+        target: T decoder-input tokens, e.g. ``["<s>", "A", "dog", "runs"]``.
+
+    Returns:
+        an Altair chart of (S + T)² cells with one menu.
+    """
+    if not source or not target:
+        raise ValueError(
+            "family_mask_chart needs at least one source and one target "
+            f"token, got {len(source)} and {len(target)}"
+        )
+    S, labels = len(source), [*source, *target]
+    rows = []
+    for family, mask in family_masks(S, len(target)).items():
+        for (q, k), allowed in _cells(mask):
+            cross = family == FAMILIES[2] and q >= S > k
+            if allowed:
+                status = FAMILY_STATUSES[1 if cross else 0]
+            elif family == FAMILIES[2] and q < S <= k:
+                status = FAMILY_STATUSES[3]
+            else:
+                status = FAMILY_STATUSES[2]
+            rows.append(
+                {"family": family, "query": q, "key": k, "status": status,
+                 "value": "T" if allowed else "F"}
+            )  # fmt: skip
+    family = alt.param(
+        name="family",
+        value=FAMILIES[2],
+        bind=alt.binding_select(
+            options=list(FAMILIES), name="architecture "
+        ),
+    )
+    names = "[" + ", ".join(json.dumps(t) for t in labels) + "]"
+    label = f"{names}[datum.value]"
+    base = alt.Chart(alt.Data(values=rows)).transform_filter(
+        "datum.family == family"
+    )
+    cells = base.mark_rect(stroke="white", strokeWidth=1).encode(
+        x=alt.X(
+            "key:O",
+            title="key (attended to)",
+            axis=alt.Axis(labelExpr=label, labelAngle=0, orient="top"),
+        ),
+        y=alt.Y(
+            "query:O",
+            title="query (attending)",
+            axis=alt.Axis(labelExpr=label),
+        ),
+        color=alt.Color(
+            "status:N",
+            title="query → key",
+            scale=alt.Scale(
+                domain=list(FAMILY_STATUSES),
+                range=["#2b7bba", "#1a9850", "#f4a582", "#d9d9d9"],
+            ),
+            legend=alt.Legend(
+                orient="bottom", direction="vertical", labelLimit=320
+            ),
+        ),
+        tooltip=[
+            alt.Tooltip("query:O", title="query position"),
+            alt.Tooltip("key:O", title="key position"),
+            alt.Tooltip("status:N", title="attention"),
+        ],
+    )
+    text = base.mark_text(fontSize=10).encode(
+        x="key:O",
+        y="query:O",
+        text="value:N",
+        color=alt.condition(
+            "datum.value == 'T'", alt.value("white"), alt.value("#555555")
+        ),
+    )
+    title = f"source: {' '.join(source)} | target: {' '.join(target)}"
+    return (
+        (cells + text)
+        .add_params(family)
+        .properties(
+            width=alt.Step(40),
+            height=alt.Step(28),
+            title=alt.TitleParams(
+                "Which tokens each token may attend to", subtitle=title
+            ),
+        )
+    )
+
+
+def _cells(mask):
+    """((query, key), allowed) for every cell of a ``(L_q, L_k)`` mask."""
+    for q, row in enumerate(mask.tolist()):
+        for k, allowed in enumerate(row):
+            yield (q, k), allowed
+
+
 __all__ = [
+    "FAMILIES",
+    "family_masks",
+    "family_mask_chart",
     "norm_groups_figure",
     "per_layer_figure",
     "future_change_figure",

@@ -1,0 +1,306 @@
+"""What the published model learned in its one embedding table: neighbours, analogies and a 2-D map.
+
+The published model shares one table ``E`` of shape ``(V, d_model)`` between the German input, the
+English input and the English output (``share_embeddings``, ``tie_output``). This module reads
+it, for the most common whole-word pieces of the training text:
+
+1. ``common_pieces``: the ``n`` word-start pieces (``▁`` and three letters or more) that occur
+   most often in the training set, German and English counted apart, so each has a language;
+2. ``nearest``: a piece's nearest pieces by cosine similarity;
+3. ``analogy``: the piece nearest to ``b - a + c`` (unit vectors), e.g. man : woman :: boy : girl;
+4. ``pca_2d``: the pieces projected on the two principal directions of their unit vectors;
+5. ``PAIRS``: German words and their English translations. Is the English word among the German
+   one's nearest pieces? (In the published table it is not: the languages are not aligned, so
+   cross-attention must do that work.)
+
+``python -m aiayn.embedding_map --out src/aiayn/results`` writes it all to
+``multi30k.embeddings.json.gz``; chapter 2.3 draws it, and ``tests/test_results.py`` recomputes
+it from the model.
+
+    V  vocabulary size        d  d_model        n  pieces on the map        k  neighbours
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "PAIRS",
+    "ANALOGIES",
+    "FILE",
+    "piece_counts",
+    "common_pieces",
+    "unit_table",
+    "nearest",
+    "rank_of",
+    "analogy",
+    "pca_2d",
+    "embedding_map",
+    "load_embedding_map",
+]
+
+FILE = "multi30k.embeddings.json.gz"
+BOUNDARY = "\u2581"  # sentencepiece's word start, "▁"
+# German words of the captions and their English translations, each one piece
+PAIRS = [
+    ("Hund", "dog"), ("Mann", "man"), ("Frau", "woman"), ("Kind", "child"),
+    ("Junge", "boy"), ("Mädchen", "girl"), ("Männer", "men"),
+    ("Frauen", "women"), ("Menschen", "people"), ("Gruppe", "group"),
+    ("Straße", "street"), ("Wasser", "water"), ("Strand", "beach"),
+    ("Schnee", "snow"), ("Gras", "grass"), ("Baum", "tree"),
+    ("Gebäude", "building"), ("Tisch", "table"), ("Ball", "ball"),
+    ("Hemd", "shirt"), ("Hut", "hat"), ("Fahrrad", "bicycle"),
+    ("Auto", "car"), ("spielt", "plays"), ("sitzt", "sitting"),
+    ("steht", "standing"), ("rot", "red"), ("blau", "blue"),
+    ("schwarz", "black"), ("weiß", "white"),
+]  # fmt: skip
+# a : b :: c : expected (the last two cross the languages)
+ANALOGIES = [
+    ("man", "woman", "boy", "girl"),
+    ("Mann", "Frau", "Junge", "Mädchen"),
+    ("dog", "dogs", "man", "men"),
+    ("Mann", "Männer", "Frau", "Frauen"),
+    ("walking", "walks", "sitting", "sits"),
+    ("Mann", "man", "Frau", "woman"),
+    ("Hund", "dog", "Frau", "woman"),
+]
+
+
+def _id(tokenizer, word: str) -> int:
+    """The id of the piece ``▁word``; a ``ValueError`` when it is no single piece."""
+    i = tokenizer.piece_to_id(BOUNDARY + word)
+    if tokenizer.id_to_piece(i) != BOUNDARY + word:
+        raise ValueError(f"{word!r} is not one piece of this vocabulary")
+    return i
+
+
+def piece_counts(
+    tokenizer, pairs: Sequence[tuple[str, str]]
+) -> tuple[Counter, Counter]:
+    """How often each piece id occurs in the German and in the English sentences of ``pairs``."""
+    de, en = Counter(), Counter()
+    for ids in tokenizer.encode_batch([d for d, _ in pairs]):
+        de.update(ids)
+    for ids in tokenizer.encode_batch([e for _, e in pairs]):
+        en.update(ids)
+    return de, en
+
+
+def common_pieces(tokenizer, de: Counter, en: Counter, n: int) -> list[int]:
+    """The ``n`` most frequent whole-word pieces (``▁`` + 3 letters or more), most frequent first."""
+
+    def is_word(i: int) -> bool:
+        piece = tokenizer.id_to_piece(i)
+        word = piece[1:]
+        return (
+            piece.startswith(BOUNDARY) and word.isalpha() and len(word) >= 3
+        )
+
+    total = Counter({i: de[i] + en[i] for i in de.keys() | en.keys()})
+    ranked = sorted(total, key=lambda i: (-total[i], i))  # ties by id
+    return [i for i in ranked if is_word(i)][:n]
+
+
+def unit_table(model) -> torch.Tensor:
+    """The shared embedding table of ``model``, each row scaled to length 1: ``(V, d)`` float32."""
+    src, tgt = model.src_embed[0], model.tgt_embed[0]
+    if src is not tgt:
+        raise ValueError(
+            "expected a model with one shared embedding table "
+            "(share_embeddings=True), got separate source and target tables"
+        )
+    table = src.lut.weight.detach().float()  # (V, d)
+    return torch.nn.functional.normalize(table, dim=1)
+
+
+def nearest(
+    unit: torch.Tensor,
+    i: int,
+    k: int,
+    pool: Sequence[int] | None = None,
+) -> list[tuple[int, float]]:
+    """The ``k`` pieces most cosine-similar to piece ``i`` (itself left out), from ``pool`` or all.
+
+    Args:
+        unit: ``(V, d)`` unit rows (``unit_table``).
+        i: the piece's id.
+        k: how many.
+        pool: the ids to choose from (default: the whole vocabulary).
+
+    Returns:
+        ``[(id, cosine), ...]``, most similar first.
+    """
+    sims = unit @ unit[i]  # (V,)
+    allowed = torch.zeros_like(sims, dtype=torch.bool)
+    allowed[list(pool) if pool is not None else slice(None)] = True
+    allowed[i] = False
+    sims = sims.masked_fill(~allowed, -2.0)
+    values, ids = sims.topk(k)
+    return list(zip(ids.tolist(), values.tolist(), strict=True))
+
+
+def rank_of(unit: torch.Tensor, i: int, j: int) -> int:
+    """Where piece ``j`` comes among piece ``i``'s neighbours in the whole table: 1 = nearest."""
+    sims = unit @ unit[i]  # (V,)
+    sims[i] = -2.0
+    return int((sims > sims[j]).sum()) + 1
+
+
+def analogy(
+    unit: torch.Tensor, a: int, b: int, c: int, k: int = 3
+) -> list[int]:
+    """The ``k`` pieces nearest to ``b - a + c`` (unit rows), leaving out ``a``, ``b`` and ``c``."""
+    query = torch.nn.functional.normalize(unit[b] - unit[a] + unit[c], dim=0)
+    sims = unit @ query  # (V,)
+    sims[[a, b, c]] = -2.0
+    return sims.topk(k).indices.tolist()
+
+
+def pca_2d(vectors: torch.Tensor) -> tuple[torch.Tensor, list[float]]:
+    """Project ``(n, d)`` vectors on their two principal directions (PCA by SVD, in float64).
+
+    Each direction's sign is fixed so that its largest coordinate is positive, so the map does
+    not flip from one run to the next.
+
+    Returns:
+        ``(n, 2)`` coordinates and the share of the variance each direction holds.
+    """
+    centred = vectors.double() - vectors.double().mean(0)  # (n, d)
+    U, S, _ = torch.linalg.svd(centred, full_matrices=False)
+    xy = U[:, :2] * S[:2]  # (n, 2)
+    biggest = xy.abs().argmax(0)  # (2,)
+    xy = xy * torch.sign(xy[biggest, torch.arange(2)])
+    share = (S[:2] ** 2 / (S**2).sum()).tolist()
+    return xy, share
+
+
+def _language(de: Counter, en: Counter, i: int) -> str:
+    """``de`` or ``en``: the side of the training text where piece ``i`` occurs more often."""
+    if de[i] == en[i]:
+        return "both" if de[i] else "neither"
+    return "de" if de[i] > en[i] else "en"
+
+
+def embedding_map(
+    model,
+    tokenizer,
+    train: Sequence[tuple[str, str]],
+    n: int = 300,
+    k: int = 10,
+) -> dict:
+    """Everything chapter 2.3 shows about the table, as one JSON-ready record (see the module).
+
+    Args:
+        model: the published ``Transformer`` (one shared table).
+        tokenizer: its ``Tokenizer``.
+        train: the training pairs ``(German, English)``, for the counts.
+        n: the pieces on the map.
+        k: the neighbours kept for each piece and each pair.
+    """
+    unit = unit_table(model)
+    de, en = piece_counts(tokenizer, train)
+    pool = common_pieces(tokenizer, de, en, n)
+    xy, share = pca_2d(unit[pool])
+    piece = tokenizer.id_to_piece
+
+    def rounded(pairs) -> list:
+        return [[piece(j), round(s, 3)] for j, s in pairs]
+
+    pieces = [
+        {
+            "piece": piece(i),
+            "lang": _language(de, en, i),
+            "de": de[i],
+            "en": en[i],
+            "x": round(x, 3),
+            "y": round(y, 3),
+            "neighbours": rounded(nearest(unit, i, k, pool)),
+        }
+        for i, (x, y) in zip(pool, xy.tolist(), strict=True)
+    ]
+    pairs = []
+    for german, english in PAIRS:
+        i, j = _id(tokenizer, german), _id(tokenizer, english)
+        near = nearest(unit, i, k)
+        pairs.append(
+            {
+                "de": piece(i),
+                "en": piece(j),
+                "rank": rank_of(unit, i, j),
+                "cosine": round(float(unit[i] @ unit[j]), 3),
+                "nearest": [
+                    [*row, _language(de, en, m)]
+                    for (m, _), row in zip(near, rounded(near), strict=True)
+                ],
+            }
+        )
+    analogies = []
+    for a, b, c, expected in ANALOGIES:
+        ids = [_id(tokenizer, w) for w in (a, b, c)]
+        found = [piece(j) for j in analogy(unit, *ids)]
+        analogies.append(
+            {"a": a, "b": b, "c": c, "expected": expected, "found": found}
+        )
+    return {
+        "what": (
+            "the published model's shared embedding table: the most "
+            "common whole-word pieces of the training set, their nearest "
+            "pieces among them, a 2-D PCA map, German/English pairs and "
+            "analogies (python -m aiayn.embedding_map)"
+        ),
+        "command": "python -m aiayn.embedding_map --out src/aiayn/results",
+        "n": n,
+        "k": k,
+        "vocab_size": unit.shape[0],
+        "explained": [round(s, 4) for s in share],
+        "pieces": pieces,
+        "pairs": pairs,
+        "analogies": analogies,
+    }
+
+
+def load_embedding_map(path: str | Path | None = None) -> dict:
+    """The committed record (``results/multi30k.embeddings.json.gz``), or the one at ``path``."""
+    if path is None:
+        from .published import results_dir
+
+        path = results_dir() / FILE
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m aiayn.embedding_map",
+        description="Write what the published model's shared embedding "
+        f"table holds into OUT/{FILE} (the model from $AIAYN_MODEL, the "
+        "training text from $AIAYN_DATA).",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="a folder")
+    args = parser.parse_args(argv)
+    from .data import load_multi30k
+    from .published import load_published
+
+    _, tokenizer, model, _ = load_published(download=False)
+    train = load_multi30k("train", download=False)
+    record = embedding_map(model, tokenizer, train)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / FILE
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    # mtime=0: the same record gives the same bytes
+    with open(path, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+            f.write(text.encode("utf-8") + b"\n")
+    print(f"wrote {path}: {len(record['pieces'])} pieces")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
