@@ -12,7 +12,7 @@ and values of the tokens before it and the cross-attention ones of the source (c
 ``cross_kv.onnx``), instead of the whole prefix again. ``aiayn.onnx_prefix.PrefixModel`` is the
 whole-prefix decoder behind the same interface; the tests hold the translations of the two equal.
 
-The tests hold the two equal token for token on the float32 files. On the int8 files they agree on
+The tests hold Python and JavaScript equal token for token on the float32 files. On the int8 files they agree on
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
 than its WebAssembly build, and activations quantized on the fly turn such differences into rounding
 steps. Both are as far from float32; the manifest's BLEU is the Python one.

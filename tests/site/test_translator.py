@@ -30,7 +30,7 @@ TRANSLATOR = su.SITE / "_static" / "translator"
 MODEL = TRANSLATOR / "model"
 PUBLISHED = su.ROOT.parent / "shared" / "runs" / "multi30k-h100"  # as tests/conftest.py
 SENTENCE = "Eine Frau in einem roten Mantel geht mit ihrem Hund durch den Park."  # 13 words, not one of 11.2's
-LONG = (  # 30 words: about a second of beam search on one thread
+LONG = (  # 30 words: about half a second of beam search on one thread (2 shared cores)
     "Ein Mann mit einem roten Hut und eine Frau mit einer blauen Jacke sitzen auf einer Bank im Park, "
     "während zwei kleine Kinder mit einem Hund auf der Wiese spielen."
 )

@@ -1,6 +1,6 @@
 // The search off the page's main thread: a module worker that holds the three graphs and runs
 // translator.mjs, so that the page stays responsive while a long sentence is searched (a 30-word
-// sentence takes about a second with beam search; the page would freeze that long).
+// sentence takes about half a second with beam search; the page would freeze that long).
 //
 // page.mjs starts it with `new Worker(url, {type: 'module'})` and asks it one thing at a time:
 //   {id, kind: 'load', ort, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, settings}
