@@ -339,7 +339,8 @@ BUSY_JS = """ms => new Promise(resolve => setTimeout(() => {
 
 def test_the_page_stays_responsive_while_it_translates(browser, base_url, site):
     """A 30-word sentence with beam search: the search runs in the worker, and no task on the main thread takes
-    longer than LONGEST_TASK_MS (Chromium's 'longtask' entries, every task over 50 ms)."""
+    longer than LONGEST_TASK_MS (Chromium's 'longtask' entries, every task over 50 ms); on a machine that searches
+    it faster than that, a sentence twice as long (the check needs a search longer than the limit)."""
     built_model(site)
     context = su.new_context(browser, base_url)
     try:
@@ -351,17 +352,22 @@ def test_the_page_stays_responsive_while_it_translates(browser, base_url, site):
         page.evaluate(BUSY_JS, 300)  # the observer sees a task that holds the thread 300 ms
         page.wait_for_function("() => window.__longTasks.length > 0", timeout=5_000)
         assert max(page.evaluate("() => window.__longTasks")) >= 300
-        page.evaluate("() => { window.__longTasks = []; }")
-        page.fill("#aiayn-german", LONG)
-        shown, timing, _ = _translate(page, beam=True)
-        page.evaluate("() => new Promise(resolve => setTimeout(resolve, 200))")  # the last entries arrive
-        tasks = page.evaluate("() => window.__longTasks")
-        print(f"{len(LONG.split())} words, beam search: {timing}; main-thread tasks over 50 ms: "
-              f"{[round(t) for t in tasks]}")
-        searched = int(re.search(r": ([\d,]+) ms", timing).group(1).replace(",", ""))
+        # the 30-word sentence, then, where a fast machine searches it in less than the task limit (too short
+        # to tell a frozen page), the same twice over
+        for sentence in (LONG, f"{LONG} {LONG}"):
+            page.evaluate("() => { window.__longTasks = []; }")
+            page.fill("#aiayn-german", sentence)
+            shown, timing, _ = _translate(page, beam=True)
+            page.evaluate("() => new Promise(resolve => setTimeout(resolve, 200))")  # the last entries arrive
+            tasks = page.evaluate("() => window.__longTasks")
+            print(f"{len(sentence.split())} words, beam search: {timing}; main-thread tasks over 50 ms: "
+                  f"{[round(t) for t in tasks]}")
+            assert max(tasks, default=0) <= LONGEST_TASK_MS, f"main-thread tasks of {tasks} ms while translating"
+            assert shown and not (report.console_errors + report.page_errors)
+            searched = int(re.search(r": ([\d,]+) ms", timing).group(1).replace(",", ""))
+            if searched > LONGEST_TASK_MS:
+                break
         assert searched > LONGEST_TASK_MS, f"the search took {searched} ms: too short to tell a frozen page"
-        assert max(tasks, default=0) <= LONGEST_TASK_MS, f"main-thread tasks of {tasks} ms while translating"
-        assert shown and not (report.console_errors + report.page_errors)
     finally:
         context.close()
 
