@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import json
 import os
 import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,6 +22,8 @@ __all__ = [
     "check_token_dtype",
     "check_int",
     "atomic_write",
+    "write_json_gz",
+    "read_json_gz",
     "AtomicWriter",
     "WrittenFile",
     "sha256_file",
@@ -247,6 +252,28 @@ def atomic_write(
     with AtomicWriter(path) as w:
         w.write(data)
     return w.written
+
+
+def write_json_gz(
+    path: str | os.PathLike,
+    record: object,
+    sort_keys: bool = False,
+    ensure_ascii: bool = False,
+) -> WrittenFile:
+    """``record`` as compact gzipped JSON, written atomically; the same record gives the same
+    bytes (no time stamp in the gzip header), so a figures file written again diffs as unchanged."""
+    text = json.dumps(
+        record,
+        separators=(",", ":"),
+        sort_keys=sort_keys,
+        ensure_ascii=ensure_ascii,
+    )
+    return atomic_write(path, gzip.compress(text.encode("utf-8"), mtime=0))
+
+
+def read_json_gz(path: str | os.PathLike) -> Any:
+    """What ``write_json_gz`` wrote."""
+    return json.loads(gzip.decompress(Path(path).read_bytes()))
 
 
 def sha256_file(path: str | os.PathLike) -> tuple[int, str]:

@@ -23,13 +23,13 @@ it from the model.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+
+from .checks import read_json_gz, write_json_gz
 
 __all__ = [
     "PAIRS",
@@ -272,8 +272,7 @@ def load_embedding_map(path: str | Path | None = None) -> dict:
         from .published import results_dir
 
         path = results_dir() / FILE
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
+    return read_json_gz(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -293,11 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = embedding_map(model, tokenizer, train)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / FILE
-    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-    # mtime=0: the same record gives the same bytes
-    with open(path, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-            f.write(text.encode("utf-8") + b"\n")
+    write_json_gz(path, record)
     print(f"wrote {path}: {len(record['pieces'])} pieces")
     return 0
 

@@ -23,7 +23,6 @@ which a softmax exponentiates, to one more). ``python -m aiayn.stepthrough write
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from torch import nn
 
 from . import cli
 from .attention import scaled_dot_product_attention
+from .checks import read_json_gz, write_json_gz
 from .data import BOS, EOS, load_multi30k
 from .masks import decoder_mask, padding_mask
 
@@ -314,8 +314,6 @@ def write_stepthrough(
     Returns:
         The file written.
     """
-    from .checks import atomic_write
-
     results = Path(results)
     record = json.loads((results / "multi30k.json").read_text())
     hypotheses = (results / record["hypotheses"]).read_text().splitlines()
@@ -327,9 +325,8 @@ def write_stepthrough(
     steps = step_through(model, tokenizer, sources[line], hypotheses[line])
     steps = {"line": line, "source": sources[line],
              "translation": hypotheses[line]} | steps  # fmt: skip
-    text = json.dumps(steps, separators=(",", ":"), ensure_ascii=False)
     path = Path(out) / STEPTHROUGH
-    atomic_write(path, gzip.compress(text.encode(), mtime=0))
+    write_json_gz(path, steps)
     return path
 
 
@@ -339,7 +336,7 @@ def load_stepthrough(path: str | os.PathLike | None = None) -> dict:
         from .published import results_dir
 
         path = results_dir() / STEPTHROUGH
-    return json.loads(gzip.decompress(Path(path).read_bytes()))
+    return read_json_gz(path)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -541,9 +541,7 @@ def save_attention_examples(path, examples: dict, decimals: int = 3) -> None:
     Chapter 11 reads the file back (``load_attention_examples``) where the published model cannot
     be had; ``python -m aiayn.published attention`` writes it.
     """
-    import gzip
-
-    from ..checks import atomic_write
+    from ..checks import write_json_gz
 
     scale = 10**decimals
     record = {"decimals": decimals, "lines": {}}
@@ -558,18 +556,16 @@ def save_attention_examples(path, examples: dict, decimals: int = 3) -> None:
                 for kind, layers in maps.items()
             },
         }
-    text = json.dumps(record, separators=(",", ":"), sort_keys=True)
-    atomic_write(path, gzip.compress(text.encode(), mtime=0))
+    write_json_gz(path, record, sort_keys=True, ensure_ascii=True)
 
 
 def load_attention_examples(path) -> dict:
     """``{line: (maps, tokens)}`` from ``save_attention_examples``, weights as float32 tensors."""
-    import gzip
-
     import torch
 
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        record = json.load(f)
+    from ..checks import read_json_gz
+
+    record = read_json_gz(path)
     scale = 10 ** record["decimals"]
     return {
         int(line): (
