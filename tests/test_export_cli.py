@@ -198,7 +198,8 @@ def test_an_earlier_export_is_replaced_whole_and_names_no_path(exported, run, ro
     reader.join(10)
     os.close(master)
     assert p.returncode == 0, (stdout, bars.getvalue())
-    steps = ["loading the model from", "exporting the float32 graphs", "exported the float32 graphs in",
+    steps = ["loading the model from", "learning the shortlist from 29000 pairs", "exporting the float32 graphs",
+             "exported the float32 graphs in",
              "quantizing them to int8", "quantized in", "scoring the int8 graphs on 5 sentences of test2016, "
              "beam 1 and 2", "test2016 int8 beam1: BLEU", "test2016 int8 beam2: BLEU",
              f"exported to {out} (the earlier export replaced)"]  # fmt: skip

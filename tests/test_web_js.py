@@ -25,6 +25,8 @@ from conftest import PUBLISHED
 from aiayn import onnx_translator as tr
 from aiayn.data import Tokenizer, load_multi30k
 from aiayn.onnx_graphs import SETTINGS_JSON
+from aiayn.shortlist import load as load_shortlist
+from aiayn.shortlist import targets as shortlist_targets
 from aiayn.translation import ZERO_WIDTH, is_blank, normalise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +50,7 @@ NORMALISE_CASES = REPO / "tests/js/normalise.cases.json"
 SENTENCES = {"fp32": 50, "int8": 50}
 # the first sentences are also sampled, with each of these settings and seeds
 SAMPLED = 6
+SHORTLISTED = 12  # sentences also searched with the shortlist
 SAMPLINGS = [
     {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 1},
     {"temperature": 1.5, "top_k": 40, "top_p": 0.9, "seed": 2026},
@@ -78,6 +81,7 @@ def _searched(folder: Path, kind: str, sentences: list[dict]):
     settings = json.loads((folder / SETTINGS_JSON).read_text())
     vocab = tr.Vocabulary.load(folder)
     model = tr.OnnxModel(folder, int8=kind == "int8", threads=1)
+    shortlist = load_shortlist(folder)
     beam, alpha = settings["beam"], settings["length_penalty"]
     found, maps = [], []
     for s in sentences[: SENTENCES[kind]]:
@@ -98,6 +102,14 @@ def _searched(folder: Path, kind: str, sentences: list[dict]):
                 {"sampling": how, "ids": tr.sample(model, vocab, src, limit, how)}
                 for how in SAMPLINGS
             ]
+        if len(found) <= SHORTLISTED:  # the page's searches: the export's shortlist
+            targets = shortlist_targets(shortlist, src, vocab.eos_id)
+            found[-1]["shortlisted"] = {
+                "targets": targets,
+                "greedy": tr.greedy(model, vocab, src, limit, targets),
+                "beam": tr.beam_search(model, vocab, src, limit, beam, alpha, targets),
+                "sampled": tr.sample(model, vocab, src, limit, SAMPLINGS[0], targets=targets),
+            }
     return found, maps
 
 

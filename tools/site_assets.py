@@ -32,7 +32,7 @@ EXTRA = ROOT / "_site_extra"  # html_extra_path: copied to the site's root as it
 TRANSLATOR = ROOT / "_site_assets" / "translator"  # served as _static/translator
 PACKAGE = ROOT / "src" / "aiayn"
 EXPORTS = ROOT / "_build" / "translator-export"  # one folder per (weights, exporter)
-EXPORTER = ("export.py", "onnx_graphs.py", "onnx_translator.py")  # a change to one exports again
+EXPORTER = ("export.py", "onnx_graphs.py", "onnx_translator.py", "shortlist.py")  # a change to one exports again
 
 # destination folder (relative to _static/vendor) -> glob patterns (relative to node_modules)
 ASSETS = {
@@ -78,9 +78,11 @@ MODEL_FILES = (
     "decoder_step.int8.onnx",
     "tokenizer.json",
     "translator.json",
+    "shortlist.json",  # absent from an export made without the training pairs
     "manifest.json",
 )
-TEST_FILES = ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz")  # what --bleu int8 reads
+# what --bleu int8 reads, and the training pairs the shortlist is learned from
+DATA_FILES = ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz", "train.en.gz")
 
 
 def download_bytes(page_bytes: int, runtime_bytes: int) -> int:
@@ -137,18 +139,24 @@ def published_folder() -> tuple[Path | None, str]:
 
 
 def test_data() -> Path | None:
-    """The folder with the test 2016 files that ``--bleu int8`` scores, if they are on this machine."""
+    """The folder with the test 2016 files that ``--bleu int8`` scores and the training pairs of the
+    shortlist, if they are on this machine."""
     from aiayn.data import data_dir
 
     folder = data_dir()
-    return folder if all((folder / name).is_file() for name in TEST_FILES) else None
+    return folder if all((folder / name).is_file() for name in DATA_FILES) else None
+
+
+def model_files(manifest: dict) -> list[str]:
+    """The MODEL_FILES an export holds (the shortlist only where it was made with one)."""
+    return [n for n in MODEL_FILES if n in manifest["files"] or n == "manifest.json"]
 
 
 def complete(folder: Path) -> bool:
     """Whether an export folder holds every file the page needs, as big as its manifest says."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-        return all((folder / n).stat().st_size == manifest["files"][n]["bytes"] for n in MODEL_FILES[:-1])
+        return all((folder / n).stat().st_size == manifest["files"][n]["bytes"] for n in model_files(manifest)[:-1])
     except (OSError, KeyError, ValueError):
         return False
 
@@ -166,8 +174,9 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
     partial = EXPORTS / f"{key}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    bleu = "int8" if data is not None else "none"
-    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial), "--bleu", bleu]
+    bleu, shortlist = ("int8", "train") if data is not None else ("none", "none")
+    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial), "--bleu", bleu,
+               "--shortlist", shortlist]
     log = EXPORTS / f"{key}.log"
     started = time.perf_counter()
     with open(log, "w") as f:
@@ -206,10 +215,10 @@ def copy_translator() -> str:
         data = test_data()
         out, what = export(weights, data)
         (TRANSLATOR / "model").mkdir()
-        for name in MODEL_FILES:
+        manifest = json.loads((out / "manifest.json").read_text())
+        for name in model_files(manifest):
             shutil.copy2(out / name, TRANSLATOR / "model" / name)
         site["model"] = "model/manifest.json"
-        manifest = json.loads((out / "manifest.json").read_text())
         site["download"] = {"bytes": download_bytes(manifest["page_bytes"], site["runtime"]["bytes"])}
         bleu = manifest["bleu"]
         scores = (

@@ -5,7 +5,9 @@
 
 writes ``multi30k.translator.json``: the size of every file the page downloads (onnxruntime-web's runtime from
 node_modules included, and their sum as the page's button states it), the BLEU of the int8 graphs on
-test 2016 (greedy and beam search, sacreBLEU) and the versions and machine that measured it. The chapter prints
+test 2016 (greedy and beam search, sacreBLEU: the page's search, with the export's shortlist, and the same
+graphs scoring every id), the shortlist's length on the test sentences, and the versions and machine that
+measured it. The chapter prints
 these figures wherever it runs, with or without the model; `make book` exports again for the site (the same
 command), and this file is what the chapter states.
 """
@@ -44,6 +46,39 @@ def runtime() -> dict:
     return {"file": RUNTIME, "version": version, "bytes": wasm.stat().st_size}
 
 
+def shortlisted(folder: Path, manifest: dict) -> dict:
+    """The shortlist's lengths on test 2016's sources, and the BLEU of the int8 graphs scoring every id."""
+    import statistics
+
+    from aiayn import onnx_translator as tr
+    from aiayn.data import load_multi30k
+    from aiayn.shortlist import load, targets
+
+    record, vocab = load(folder), tr.Vocabulary.load(folder)
+    if record is None:
+        raise SystemExit(f"{folder} has no shortlist.json: export without --shortlist none")
+    pairs = load_multi30k("test2016")
+    lengths = [len(targets(record, tr.source_ids(vocab, s, 256), vocab.eos_id)) for s, _ in pairs]
+    folder_without = folder / "_every_id"  # scored as if the export had no shortlist
+    folder_without.mkdir(exist_ok=True)
+    try:
+        for name in manifest["files"]:
+            if name != "shortlist.json":
+                (folder_without / name).symlink_to((folder / name).resolve())
+        every = tr.score_files(folder_without, pairs, True, (1, manifest["settings"]["beam"]))
+    finally:
+        for path in folder_without.iterdir():
+            path.unlink()
+        folder_without.rmdir()
+    return {
+        "top": record["top"],
+        "frequent": len(record["frequent"]),
+        "vocabulary": len(vocab.pieces),
+        "targets_test2016": {"median": statistics.median(lengths), "min": min(lengths), "max": max(lengths)},
+        "bleu_every_id": {key: entry["bleu"] for key, entry in every.items()},
+    }
+
+
 def figures(folder: Path) -> dict:
     manifest = json.loads((folder / "manifest.json").read_text())
     wasm = runtime()
@@ -64,6 +99,7 @@ def figures(folder: Path) -> dict:
         "runtime": wasm,
         "download_bytes": download_bytes(manifest["page_bytes"], wasm["bytes"]),
         "bleu_test2016": bleu,
+        "shortlist": shortlisted(folder, manifest),
         "command": generic(next(iter(manifest["bleu"].values()))["command"]),
         "versions": manifest["versions"],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -3,6 +3,8 @@
 It exports the published model or any run folder: ``aiayn.onnx_graphs`` writes the files (its
 docstring lists them), then the command scores them on test 2016 with the search the page runs,
 written once in Python (``aiayn.onnx_translator``, which ``aiayn/web/translator.mjs`` mirrors).
+The shortlist the page scores is learned from Multi30k's training pairs (``aiayn.shortlist``;
+``--shortlist none``: none, every id is scored at every step).
 
 The command follows the rules of the others (``aiayn.cli``). ``--out`` is a new or empty folder,
 or an earlier export, which is replaced as a whole (its manifest says ``"format":
@@ -41,6 +43,7 @@ from .onnx_graphs import (
 )
 from .onnx_translator import score_files
 from .runs import CHECKPOINT, CONFIG, RunFolder, RunFolderError, shown
+from .shortlist import build as build_shortlist
 
 # DIR.unfinished-export-<random>: the folder an export writes, renamed to DIR when it is finished
 UNFINISHED = ".unfinished-export-"
@@ -389,6 +392,13 @@ def _parser() -> argparse.ArgumentParser:
         "(default int8: the files the page uses)",
     )
     p.add_argument(
+        "--shortlist",
+        choices=("train", "none"),
+        default="train",
+        help="the lexical shortlist the page scores, learned from the "
+        "training pairs (default), or none: every id at every step",
+    )
+    p.add_argument(
         "--limit",
         type=cli.positive_int,
         default=None,
@@ -427,6 +437,7 @@ def _export(args: argparse.Namespace) -> int:
     _check_modules(args.bleu != "none")
     kinds = {"none": (), "int8": (True,), "all": (True, False)}[args.bleu]
     pairs = load_multi30k("test2016")[: args.limit] if kinds else []
+    train = load_multi30k("train") if args.shortlist == "train" else []
     progress = not args.no_progress
 
     def say(line: str) -> None:
@@ -445,9 +456,20 @@ def _export(args: argparse.Namespace) -> int:
                 "max_len_b": cfg.max_len_b,
                 "max_len": cfg.max_len,
             }
+            shortlist = None
+            if train:
+                say(f"learning the shortlist from {len(train)} pairs ...")
+                shortlist = build_shortlist(
+                    zip(
+                        tokenizer.encode_batch([s for s, _ in train]),
+                        tokenizer.encode_batch([t for _, t in train]),
+                        strict=True,
+                    )
+                )
             manifest = export(
-                model, tokenizer, settings, tmp, source, progress, say
-            )
+                model, tokenizer, settings, tmp, source, progress, say,
+                shortlist,
+            )  # fmt: skip
             for int8 in kinds:
                 name = "int8" if int8 else "fp32"
                 say(

@@ -11,15 +11,18 @@ An export of the published model or any run folder is a folder of:
 - ``cross_kv.onnx``: ``memory`` -> ``cross_k``, ``cross_v (N, batch, h, src_len, d_k)``, the
   keys and values every decoder layer's cross-attention reads, computed once a sentence;
 - ``decoder_step.onnx``: the decoder over new positions only, ``tokens (batch, new_len)``, with
-  ``src``, ``cross_k``, ``cross_v`` and the key/value cache of the earlier positions ``past_k``,
-  ``past_v (N, batch, h, past_len, d_k)`` -> ``log_probs (batch, V)``, ``present_k``,
-  ``present_v`` (the cache one step longer) and the new positions' ``cross_attention``
-  and ``decoder_attention``. A step costs one position, not the whole prefix;
+  ``src``, ``cross_k``, ``cross_v``, the key/value cache of the earlier positions ``past_k``,
+  ``past_v (N, batch, h, past_len, d_k)`` and the ids to score, ``targets (K,)`` (all V, or a
+  sentence's shortlist, ``aiayn.shortlist``) -> ``log_probs (batch, K)`` over those ids,
+  ``present_k``, ``present_v`` (the cache one step longer) and the new positions'
+  ``cross_attention`` and ``decoder_attention``. A step costs one position, not the whole prefix;
 - ``*.int8.onnx``: the same graphs with int8 weights
   (``onnxruntime.quantization.quantize_dynamic``); the book's page downloads the encoder,
   ``cross_kv`` and ``decoder_step`` ones (``PAGE_GRAPHS``);
 - ``tokenizer.json``: the sentencepiece pieces and scores, for the tokenizer the page runs;
 - ``translator.json``: the decoding settings of the run (beam, alpha, output limit);
+- ``shortlist.json`` (when the export is given training pairs): the lexical shortlist the page
+  scores (``aiayn.shortlist``);
 - ``manifest.json``: every file's SHA-256 and size, and the BLEU on test 2016 of these exact files
   (the command adds it). The manifest names no path of the machine that wrote it.
 
@@ -44,6 +47,7 @@ from torch import nn
 from .attention import set_fused
 from .checks import atomic_write, sha256_file
 from .runs import shown
+from .shortlist import FILE as SHORTLIST_JSON
 
 # every graph an export writes; the page and onnx_translator run PAGE_GRAPHS
 GRAPHS = ("encoder", "decoder", "cross_kv", "decoder_step")
@@ -52,7 +56,15 @@ ENCODER_OUTPUTS = ["memory", "encoder_attention"]
 DECODER_INPUTS = ["memory", "src", "prefix"]
 DECODER_OUTPUTS = ["log_probs", "cross_attention", "decoder_attention"]
 CROSS_KV_OUTPUTS = ["cross_k", "cross_v"]
-STEP_INPUTS = ["tokens", "src", "cross_k", "cross_v", "past_k", "past_v"]
+STEP_INPUTS = [
+    "tokens",
+    "src",
+    "cross_k",
+    "cross_v",
+    "past_k",
+    "past_v",
+    "targets",
+]
 STEP_OUTPUTS = [
     "log_probs",
     "present_k",
@@ -190,17 +202,22 @@ class DecoderStepGraph(nn.Module):
 
     ``tokens (B, L)`` are positions ``P .. P + L - 1`` (no padding among them), ``past_k`` and
     ``past_v (N, B, h, P, d_k)`` the self-attention keys and values of positions ``0 .. P - 1``
-    (``P = 0``: none yet), ``cross_k`` and ``cross_v`` what ``CrossKVGraph`` gives. Returns the
-    log-probabilities of the token after the last one, ``present_k`` and ``present_v`` (the
-    cache grown by L positions), and the attention weights of the new positions. Searching, L is
-    1; with ``P = 0`` and the whole prefix it is ``DecoderGraph``.
+    (``P = 0``: none yet), ``cross_k`` and ``cross_v`` what ``CrossKVGraph`` gives, ``targets
+    (K,)`` the ids to score: the generator's rows of those ids only, the log-softmax over them.
+    Returns the log-probabilities of the token after the last one over the targets ``(B, K)``,
+    ``present_k`` and
+    ``present_v`` (the cache grown by L positions), and the attention weights of the new
+    positions. Searching, L is 1; with ``P = 0``, the whole prefix and every id as targets it is
+    ``DecoderGraph``.
     """
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens, src, cross_k, cross_v, past_k, past_v):
+    def forward(
+        self, tokens, src, cross_k, cross_v, past_k, past_v, targets
+    ):
         m = self.model
         B, L, P = tokens.size(0), tokens.size(1), past_k.size(3)
         src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
@@ -232,8 +249,12 @@ class DecoderStepGraph(nn.Module):
             x = layer.sublayers[1](x, attend_source)
             x = layer.sublayers[2](x, layer.feed_forward)
         x = m.decoder.norm(x)
-        log_probs = m.generator(x[:, -1]).float().log_softmax(-1)  # (B, V)
-        # (B, V), (N, B, h, P + L, d_k) twice, (N, B, h, L, S), (N, B, h, L, P + L)
+        g = m.generator  # only the rows of the targets: (K, d_model)
+        rows = g.weight.index_select(0, targets)  # a Gather of int8 rows
+        bias = g.bias.index_select(0, targets)  # (K,)
+        logits = torch.addmm(bias, x[:, -1], rows.T)  # Gemm: (B, K)
+        log_probs = logits.float().log_softmax(-1)  # (B, K)
+        # (B, K), (N, B, h, P + L, d_k) twice, (N, B, h, L, S), (N, B, h, L, P + L)
         return (
             log_probs,
             torch.stack(present_k),
@@ -266,6 +287,46 @@ def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
     for node in program.model.graph.all_nodes():
         node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
     program.save(str(path))
+    _gemm_reads_rows(path)
+
+
+def _gemm_reads_rows(path: Path) -> None:
+    """``Gemm(x, Transpose(rows))`` as ``Gemm(x, rows, transB=1)``: the step's shortlist
+    product reads the gathered rows as they are, instead of transposing ``(K, d_model)`` floats
+    at every step (onnxruntime-web: about a third of that product's time)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    made = {o: n for n in graph.node for o in n.output}
+    readers = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    folded = []
+    for n in graph.node:
+        t = made.get(n.input[1]) if n.op_type == "Gemm" else None
+        attrs = {
+            a.name: onnx.helper.get_attribute_value(a) for a in n.attribute
+        }
+        if (
+            t is None
+            or t.op_type != "Transpose"
+            or list(onnx.helper.get_attribute_value(t.attribute[0]))
+            != [1, 0]
+            or attrs.get("transB", 0)
+            or readers[t.output[0]] != 1
+        ):
+            continue
+        n.input[1] = t.input[0]
+        for a in n.attribute:
+            if a.name == "transB":
+                a.i = 1
+        folded.append(t)
+    if folded:
+        for t in folded:
+            graph.node.remove(t)
+        onnx.save(model, str(path))
 
 
 def export_graphs(
@@ -286,6 +347,8 @@ def export_graphs(
     T = torch.export.Dim("tgt_len", min=1, max=max_len)
     L = torch.export.Dim("new_len", min=1, max=max_len)
     P = torch.export.Dim("past_len", min=0, max=max_len - 1)
+    K = torch.export.Dim("targets", min=1, max=model.config.tgt_vocab_size)
+    targets = torch.arange(2, 13)  # (11,): K unlike every other example size
     src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 6, 7, 2, 0, 0]])  # (2, 6)
     prefix = torch.tensor([[1, 5, 6], [1, 7, 8]])  # (2, 3)
     paths = [out / graph_file(n, False) for n in GRAPHS]
@@ -302,7 +365,7 @@ def export_graphs(
         # the cache after the first two positions, fed the next two
         past = DecoderStepGraph(model)(
             prefix[:, :2], src, cross_k, cross_v,
-            *(cross_k[:, :, :, :0],) * 2,
+            *(cross_k[:, :, :, :0],) * 2, targets,
         )[1:3]  # fmt: skip
         rows_and_src = {1: batch, 3: S}
         rows_and_past = {1: batch, 3: P}
@@ -315,10 +378,10 @@ def export_graphs(
             (CrossKVGraph, (memory,), ["memory"], CROSS_KV_OUTPUTS,
              [{0: batch, 1: S}]),
             (DecoderStepGraph,
-             (prefix[:, 1:], src, cross_k, cross_v, *past),
+             (prefix[:, 1:], src, cross_k, cross_v, *past, targets),
              STEP_INPUTS, STEP_OUTPUTS,
              [{0: batch, 1: L}, {0: batch, 1: S}, rows_and_src,
-              rows_and_src, rows_and_past, rows_and_past]),
+              rows_and_src, rows_and_past, rows_and_past, {0: K}]),
         ]  # fmt: skip
         for path, (graph, args, names, outputs, shapes) in zip(
             paths, graphs, strict=True
@@ -328,6 +391,19 @@ def export_graphs(
             bar.update()
     model.eval()
     return paths
+
+
+def _bias_gathers(path: Path) -> list[str]:
+    """The nodes that pick the generator's bias of the targets: their float32
+    values stay (as the bias of every other product)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return [
+        n.name
+        for n in graph.node
+        if n.op_type == "Gather" and n.input[0] == "model.generator.bias"
+    ]
 
 
 def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
@@ -341,10 +417,12 @@ def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
         for name in GRAPHS:
             target = out / graph_file(name, True)
             bar.set_postfix_str(target.name)
+            source = out / graph_file(name, False)
             quantize_dynamic(
-                out / graph_file(name, False),
+                source,
                 target,
                 weight_type=QuantType.QInt8,
+                nodes_to_exclude=_bias_gathers(source),
             )
             paths.append(target)
             bar.update()
@@ -397,6 +475,7 @@ def export(
     source: dict[str, Any] | None = None,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
+    shortlist: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the graphs, their int8 copies, ``tokenizer.json``, ``translator.json`` and a manifest.
 
@@ -409,6 +488,8 @@ def export(
         source: what the weights are (recorded in the manifest).
         progress: progress bars on a terminal.
         log: called with a line before and after each step (e.g. ``print``).
+        shortlist: ``aiayn.shortlist.build``'s record, written as ``shortlist.json`` for the
+            page (none: the page scores every id).
 
     Returns:
         The manifest (no BLEU yet: ``score_files`` adds it).
@@ -444,12 +525,16 @@ def export(
     atomic_write(
         out / SETTINGS_JSON, json.dumps(settings, indent=1).encode()
     )
+    extra = [TOKENIZER_JSON, SETTINGS_JSON]
+    if shortlist is not None:
+        atomic_write(out / SHORTLIST_JSON, json.dumps(shortlist).encode())
+        extra.append(SHORTLIST_JSON)
     names = [graph_file(n, q) for q in (False, True) for n in GRAPHS]
     page = [graph_file(n, True) for n in PAGE_GRAPHS]
     manifest = {
         "format": EXPORT_FORMAT,
         "what": "the translator as ONNX graphs (aiayn.export); the page "
-        f"downloads {', '.join(page)}, {TOKENIZER_JSON} and {SETTINGS_JSON}",
+        f"downloads {', '.join([*page, *extra])}",
         "source": source or {},
         "settings": settings,
         "inputs": {
@@ -470,12 +555,9 @@ def export(
             "onnxruntime": onnxruntime.__version__,
         },
         "export_s": round(time.perf_counter() - started, 1),
-        "files": _files_entry(out, [*names, TOKENIZER_JSON, SETTINGS_JSON]),
-        "page_files": [*page, TOKENIZER_JSON, SETTINGS_JSON],
-        "page_bytes": sum(
-            (out / n).stat().st_size
-            for n in (*page, TOKENIZER_JSON, SETTINGS_JSON)
-        ),
+        "files": _files_entry(out, [*names, *extra]),
+        "page_files": [*page, *extra],
+        "page_bytes": sum((out / n).stat().st_size for n in (*page, *extra)),
         "bleu": {},
     }
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())

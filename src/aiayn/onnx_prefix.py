@@ -26,18 +26,22 @@ from .onnx_graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS, graph_file
 
 @dataclass(frozen=True)
 class Prefix:
-    """What ``PrefixModel`` keeps between steps: ``memory (rows, S, d_model)``, ``src (rows, S)``
-    and the ``prefix (rows, P)`` so far."""
+    """What ``PrefixModel`` keeps between steps: ``memory (rows, S, d_model)``, ``src (rows, S)``,
+    the ``prefix (rows, P)`` so far and the ids scored, ``targets (K,)``."""
 
     memory: np.ndarray
     src: np.ndarray
     prefix: np.ndarray
+    targets: np.ndarray
 
     def rows(self, index: Sequence[int]) -> Prefix:
         """The rows ``index``, as ``onnx_translator.Cache.rows``."""
         index = np.asarray(index)
         return Prefix(
-            self.memory[index], self.src[index], self.prefix[index]
+            self.memory[index],
+            self.src[index],
+            self.prefix[index],
+            self.targets,
         )
 
 
@@ -65,20 +69,27 @@ class PrefixModel:
         """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
         return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
 
-    def start(self, memory: np.ndarray, src: np.ndarray) -> Prefix:
+    def start(
+        self, memory: np.ndarray, src: np.ndarray, targets: np.ndarray
+    ) -> Prefix:
         """No position yet: an empty prefix."""
         empty = np.zeros((src.shape[0], 0), np.int64)  # (rows, 0)
-        return Prefix(memory, src, empty)
+        return Prefix(memory, src, empty, targets)
 
     def step(self, state: Prefix, tokens: np.ndarray) -> tuple[Any, ...]:
         """As ``OnnxModel.step``, by running the decoder over the prefix and ``tokens (rows, L)``."""
         prefix = np.concatenate([state.prefix, tokens], 1)  # (rows, P + L)
         feed = {"memory": state.memory, "src": state.src, "prefix": prefix}
         log_probs, cross, self_attn = self.decoder.run(DECODER_OUTPUTS, feed)
+        if len(state.targets) < log_probs.shape[1]:  # the targets' softmax
+            log_probs = log_probs[:, state.targets]  # (rows, K)
+            log_probs -= np.logaddexp.reduce(
+                log_probs, axis=1, keepdims=True
+            )
         L = tokens.shape[1]  # the rows of the new positions
         return (
-            log_probs,  # (rows, V)
-            Prefix(state.memory, state.src, prefix),
+            log_probs,  # (rows, K)
+            Prefix(state.memory, state.src, prefix, state.targets),
             cross[:, :, :, -L:],  # (N, rows, h, L, S)
             self_attn[:, :, :, -L:],  # (N, rows, h, L, P + L)
         )

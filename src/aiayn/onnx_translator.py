@@ -12,6 +12,10 @@ and values of the tokens before it and the cross-attention ones of the source (c
 ``cross_kv.onnx``), instead of the whole prefix again. ``aiayn.onnx_prefix.PrefixModel`` is the
 whole-prefix decoder behind the same interface; the tests hold the translations of the two equal.
 
+The shortlist. With the export's ``shortlist.json`` (``aiayn.shortlist``), greedy and beam search
+score only the ids of the sentence's shortlist at each step (``targets``); sampling always draws
+from every id.
+
 The tests hold Python and JavaScript equal token for token on the float32 files. On the int8 files they agree on
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
 than its WebAssembly build, and activations quantized on the fly turn such differences into rounding
@@ -44,6 +48,8 @@ from .onnx_graphs import (
     graph_file,
 )
 from .seeded import Mulberry32, draw
+from .shortlist import load as load_shortlist
+from .shortlist import targets as shortlist_targets
 from .translation import is_blank, normalise
 
 BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
@@ -78,19 +84,22 @@ class OnnxModel:
         """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
         return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
 
-    def start(self, memory: np.ndarray, src: np.ndarray) -> Cache:
-        """The cache before the first step: the cross-attention's keys and values, no position."""
+    def start(
+        self, memory: np.ndarray, src: np.ndarray, targets: np.ndarray
+    ) -> Cache:
+        """The cache before the first step: the cross-attention's keys and values, no position,
+        and the ids every step scores, ``targets (K,)`` (``scored``)."""
         cross_k, cross_v = self.cross_kv.run(
             CROSS_KV_OUTPUTS, {"memory": memory}
         )  # (N, rows, h, S, d_k)
         N, rows, h, _, d_k = cross_k.shape
         empty = np.zeros((N, rows, h, 0, d_k), np.float32)  # P = 0
-        return Cache(src, cross_k, cross_v, empty, empty)
+        return Cache(src, cross_k, cross_v, empty, empty, targets)
 
     def step(self, cache: Cache, tokens: np.ndarray) -> tuple[Any, ...]:
-        """``tokens (rows, L)`` after the cache's positions -> ``log_probs (rows, V)`` of the next
-        token, the cache L positions longer, ``cross_attention (N, rows, h, L, S)`` and
-        ``decoder_attention (N, rows, h, L, P + L)``."""
+        """``tokens (rows, L)`` after the cache's positions -> ``log_probs (rows, K)`` of the next
+        token, column j for the id ``cache.targets[j]``, the cache L positions longer,
+        ``cross_attention (N, rows, h, L, S)`` and ``decoder_attention (N, rows, h, L, P + L)``."""
         feed = {
             "tokens": tokens,
             "src": cache.src,
@@ -98,11 +107,14 @@ class OnnxModel:
             "cross_v": cache.cross_v,
             "past_k": cache.past_k,
             "past_v": cache.past_v,
+            "targets": cache.targets,
         }
         log_probs, k, v, cross, self_attn = self.decoder_step.run(
             STEP_OUTPUTS, feed
         )
-        grown = Cache(cache.src, cache.cross_k, cache.cross_v, k, v)
+        grown = Cache(
+            cache.src, cache.cross_k, cache.cross_v, k, v, cache.targets
+        )
         return log_probs, grown, cross, self_attn
 
 
@@ -112,7 +124,7 @@ class Cache:
 
     ``src (rows, S)``; ``cross_k``, ``cross_v (N, rows, h, S, d_k)``, computed once from the
     memory; ``past_k``, ``past_v (N, rows, h, P, d_k)``, the self-attention keys and values
-    of the P positions decoded so far.
+    of the P positions decoded so far; ``targets (K,)``, the ids each step scores (all rows).
     """
 
     src: np.ndarray
@@ -120,6 +132,7 @@ class Cache:
     cross_v: np.ndarray
     past_k: np.ndarray
     past_v: np.ndarray
+    targets: np.ndarray
 
     def rows(self, index: Sequence[int]) -> Cache:
         """The cache of rows ``index`` (repeated or reordered): beam search keeps its beams'."""
@@ -128,6 +141,7 @@ class Cache:
             self.src[index],
             *(t[:, index] for t in (self.cross_k, self.cross_v)),
             *(t[:, index] for t in (self.past_k, self.past_v)),
+            self.targets,
         )
 
 
@@ -222,18 +236,31 @@ def output_limit(src_len: int, settings: dict[str, Any]) -> int:
     return min(int(a * src_len + b) + 1, settings["max_len"])
 
 
+def scored(vocab: Vocabulary, targets: Sequence[int] | None) -> np.ndarray:
+    """The ids a step scores: ``targets`` (a shortlist, sorted), or every id."""
+    ids = range(len(vocab.pieces)) if targets is None else targets
+    return np.array(ids, dtype=np.int64)
+
+
 def greedy(
-    model: OnnxModel, vocab: Vocabulary, src_ids: list[int], limit: int
+    model: OnnxModel,
+    vocab: Vocabulary,
+    src_ids: list[int],
+    limit: int,
+    targets: Sequence[int] | None = None,
 ) -> list[int]:
-    """The most probable token at every step: ``<bos>`` first, ``<eos>`` last (unless cut at ``limit``)."""
+    """The most probable token at every step: ``<bos>`` first, ``<eos>`` last (unless cut at ``limit``).
+
+    ``targets``: the ids to score (a shortlist), else all."""
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
     memory, _ = model.encode(src)
-    cache = model.start(memory, src)
+    cache = model.start(memory, src, scored(vocab, targets))
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
         log_probs, cache = model.step(cache, last)[:2]
-        token = int(np.argmax(log_probs[0]))  # the first of equal maxima
+        best = np.argmax(log_probs[0])  # the first of equal maxima
+        token = int(cache.targets[best])
         ys.append(token)
         if token == vocab.eos_id:
             break
@@ -247,6 +274,7 @@ def sample(
     limit: int,
     sampling: dict[str, Any],
     on_step: Callable[[int, np.ndarray], None] | None = None,
+    targets: Sequence[int] | None = None,
 ) -> list[int]:
     """Draw every token as ``aiayn.decoding.sample(..., seed=)`` does; ``<bos>`` first.
 
@@ -254,6 +282,7 @@ def sample(
         sampling: ``{"temperature", "top_k", "top_p", "seed"}``; ``top_k`` and ``top_p``
             may be ``None`` (keep all).
         on_step: told each token drawn and the ``(V,)`` probabilities it was drawn from.
+        targets: the ids that can be drawn (a shortlist), else all.
     """
     temperature, top_k = sampling["temperature"], sampling["top_k"]
     top_p = sampling["top_p"]
@@ -261,16 +290,18 @@ def sample(
     random = Mulberry32(sampling["seed"])
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
     memory, _ = model.encode(src)
-    cache = model.start(memory, src)
+    cache = model.start(memory, src, scored(vocab, targets))
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
         log_probs, cache = model.step(cache, last)[:2]
-        logits = torch.from_numpy(log_probs)  # (1, V)
-        probs = sampling_probs(logits, temperature, top_k, top_p)  # (1, V)
-        token = int(draw(probs, random)[0])
-        if on_step is not None:
-            on_step(token, probs[0].numpy())
+        logits = torch.from_numpy(log_probs)  # (1, K)
+        probs = sampling_probs(logits, temperature, top_k, top_p)  # (1, K)
+        token = int(cache.targets[draw(probs, random)[0]])
+        if on_step is not None:  # over every id: 0 off the targets
+            every = np.zeros(len(vocab.pieces), np.float32)
+            every[cache.targets] = probs[0].numpy()
+            on_step(token, every)
         ys.append(token)
         if token == vocab.eos_id:
             break
@@ -289,15 +320,18 @@ def beam_search(
     limit: int,
     beam: int = 4,
     alpha: float = 0.6,
+    targets: Sequence[int] | None = None,
 ) -> list[int]:
     """``aiayn.decoding.beam_search`` for one sentence: K prefixes ranked by log P / lp.
 
     A beam that wrote ``<eos>`` keeps its score and competes with the live ones; the search ends
     when every beam has finished or the prefixes reach ``limit`` columns. Sums are in float64.
+    ``targets``: the ids to score (a shortlist), else all.
     """
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
     memory, _ = model.encode(src)
-    cache = model.start(memory, src).rows([0] * beam)  # K rows
+    cache = model.start(memory, src, scored(vocab, targets))
+    cache = cache.rows([0] * beam)  # K rows
     beams = [[vocab.bos_id] for _ in range(beam)]
     log_p = [0.0] + [-math.inf] * (
         beam - 1
@@ -315,11 +349,12 @@ def beam_search(
                     (score, log_p[k], lengths[k], k, vocab.pad_id)
                 )
                 continue
-            total = log_p[k] + token_log_p[k].astype(np.float64)  # (V,)
+            total = log_p[k] + token_log_p[k].astype(np.float64)  # (K,)
             scores = total / length_penalty(lengths[k] + 1, alpha)
-            for v in np.argsort(-scores, kind="stable")[:beam]:
+            for j in np.argsort(-scores, kind="stable")[:beam]:
+                token = int(cache.targets[j])
                 candidates.append(
-                    (scores[v], total[v], lengths[k] + 1, k, int(v))
+                    (scores[j], total[j], lengths[k] + 1, k, token)
                 )
         candidates.sort(
             key=lambda c: -c[0]
@@ -355,7 +390,8 @@ def attention(
     """
     src = np.array([src_ids], dtype=np.int64)
     memory, encoder = model.encode(src)
-    cache = model.start(memory, src)
+    unread = np.zeros(1, dtype=np.int64)  # log_probs unread: one id scored
+    cache = model.start(memory, src, unread)
     prefix = np.array([ys[:-1]], dtype=np.int64)  # (1, T): all at once
     _, _, cross, self_attn = model.step(cache, prefix)
     return {
@@ -371,15 +407,22 @@ def translate_ids(
     src_ids: list[int],
     settings: dict[str, Any],
     beam: int | None = None,
+    shortlist: dict[str, Any] | None = None,
 ) -> list[int]:
-    """Greedy (``beam=1``) or beam search with the run's settings; ``<bos>`` first."""
+    """Greedy (``beam=1``) or beam search with the run's settings; ``<bos>`` first.
+
+    ``shortlist``: ``aiayn.shortlist``'s record; each step scores the sentence's targets only."""
     beam = settings["beam"] if beam is None else beam
     limit = output_limit(len(src_ids), settings)
+    targets = None
+    if shortlist is not None:
+        targets = shortlist_targets(shortlist, src_ids, vocab.eos_id)
     if beam == 1:
-        return greedy(model, vocab, src_ids, limit)
+        return greedy(model, vocab, src_ids, limit, targets)
     return beam_search(
-        model, vocab, src_ids, limit, beam, settings["length_penalty"]
-    )
+        model, vocab, src_ids, limit, beam, settings["length_penalty"],
+        targets,
+    )  # fmt: skip
 
 
 def translate(
@@ -391,10 +434,11 @@ def translate(
     workers: int = 1,
     progress: bool = False,
     desc: str = "translate",
+    shortlist: dict[str, Any] | None = None,
 ) -> list[str]:
     """Translate ``sentences`` one by one (``workers`` at a time); a sentence with no known piece gives ``""``.
 
-    ``progress``: a bar over the sentences, named ``desc``.
+    ``progress``: a bar over the sentences, named ``desc``. ``shortlist``: as ``translate_ids``.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -403,7 +447,8 @@ def translate(
         if ids is None:
             return ""
         return detokenize(
-            vocab, translate_ids(model, vocab, ids, settings, beam)
+            vocab,
+            translate_ids(model, vocab, ids, settings, beam, shortlist),
         )
 
     pool = ThreadPoolExecutor(workers)  # onnxruntime releases the GIL
@@ -428,21 +473,24 @@ def score_files(
 ) -> dict[str, Any]:
     """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs.
 
-    ``progress``: a bar over the sentences of each beam size.
+    The search the page runs: with the folder's shortlist when it has one. ``progress``: a bar
+    over the sentences of each beam size.
     """
     from sacrebleu.metrics import BLEU
 
     folder = Path(folder)
     settings = json.loads((folder / SETTINGS_JSON).read_text())
     model, vocab = OnnxModel(folder, int8), Vocabulary.load(folder)
+    shortlist = load_shortlist(folder)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     scores = {}
     for beam in beams:
         started = time.perf_counter()
         name = f"{'int8' if int8 else 'fp32'} beam{beam}"
         hypotheses = translate(
-            model, vocab, sources, settings, beam, workers, progress, name
-        )
+            model, vocab, sources, settings, beam, workers, progress, name,
+            shortlist,
+        )  # fmt: skip
         bleu = BLEU()
         scores[f"beam{beam}"] = {
             "bleu": round(

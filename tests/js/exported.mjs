@@ -21,6 +21,7 @@ const read = (name) => readFileSync(join(folder, name));
 export const cases = JSON.parse(readFileSync(casesFile, 'utf-8'));
 export const settings = JSON.parse(read('translator.json'));
 export const vocab = new Vocabulary(JSON.parse(read('tokenizer.json')));
+export const shortlist = JSON.parse(read('shortlist.json'));
 
 /** The 'fp32' or 'int8' graphs on one WASM thread, as the page runs them. */
 export async function loadModel(kind) {

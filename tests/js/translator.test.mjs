@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {isDeepStrictEqual} from 'node:util';
 import * as tr from '../../src/aiayn/web/translator.mjs';
-import {cases, largestDifference, loadModel, searchAll, settings, vocab} from
-  './exported.mjs';
+import {cases, largestDifference, loadModel, searchAll, settings, shortlist,
+  vocab} from './exported.mjs';
 
 const model = await loadModel('fp32');
 
@@ -72,6 +72,34 @@ test('float32: sample draws Python\'s tokens for each seed', async (t) => {
     }
   }
   t.diagnostic(`${draws} draws the same as Python's`);
+});
+
+test('float32: with the shortlist, the targets, greedy, beamSearch and sample ' +
+    'are Python\'s', async (t) => {
+  const listed = cases.fp32.filter((c) => c.shortlisted);
+  assert.ok(listed.length >= 12);
+  const [beam, alpha] = [settings.beam, settings.length_penalty];
+  const [how] = cases.fp32.find((c) => c.sampled).sampled.map((s) => s.sampling);
+  const sampling = {temperature: how.temperature, topK: how.top_k,
+    topP: how.top_p, seed: how.seed};
+  for (const [i, c] of listed.entries()) {
+    const {src, limit} = cases.sentences[i];
+    const python = c.shortlisted;
+    const targets = tr.shortlistTargets(shortlist, src, vocab.eosId);
+    assert.deepEqual(targets, python.targets);
+    assert.ok(targets.length < vocab.pieces.length / 4); // a short list
+    assert.deepEqual(await tr.greedy(model, vocab, src, limit, targets),
+        python.greedy);
+    assert.deepEqual(await tr.beamSearch(model, vocab, src, limit, beam, alpha,
+        targets), python.beam);
+    const steps = [];
+    const drawn = await tr.sample(model, vocab, src, limit, sampling,
+        (token, probs) => steps.push(probs[token]), targets);
+    assert.deepEqual(drawn, python.sampled);
+    assert.ok(drawn.slice(1).every((id) => targets.includes(id)));
+    assert.ok(steps.every((p) => p > 0));
+  }
+  t.diagnostic(`${listed.length} sentences searched alike with the shortlist`);
 });
 
 test('float32: attention is Python\'s within 1e-4', async (t) => {

@@ -178,6 +178,9 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
     tokenizer: [new URL('tokenizer.json', manifestUrl), manifest.files['tokenizer.json']],
     settings: [new URL('translator.json', manifestUrl), manifest.files['translator.json']],
   };
+  if (manifest.files['shortlist.json']) {  // an export made with --shortlist none has none
+    files.shortlist = [new URL('shortlist.json', manifestUrl), manifest.files['shortlist.json']];
+  }
   const total = site.download.bytes;
   let done = 0;
   ui.progress.max = total;

@@ -42,26 +42,30 @@ export class OnnxModel {
   }
 
   /** The cache before the first step: the cross-attention's keys and
-   *  values (N, rows, h, S, d_k), no position. */
-  async start(memory, src) {
+   *  values (N, rows, h, S, d_k), no position, and the ids every step
+   *  scores, targets (K) (`scored`). */
+  async start(memory, src, targets) {
     const {cross_k: crossK, cross_v: crossV} =
       await this.crossKv.run({memory});
     const [N, rows, h, , dK] = crossK.dims;
     const empty = new this.ort.Tensor('float32', new Float32Array(0),
         [N, rows, h, 0, dK]); // P = 0
-    return new Cache(src, crossK, crossV, empty, empty);
+    const ids = new this.ort.Tensor('int64',
+        BigInt64Array.from(targets, BigInt), [targets.length]);
+    return new Cache(src, crossK, crossV, empty, empty, ids);
   }
 
   /** tokens int64 (rows, L) after the cache's positions -> [log_probs
-   *  (rows, V) of the next token, the cache L positions longer,
+   *  (rows, K) of the next token, column j for the id cache.targets[j],
+   *  the cache L positions longer,
    *  cross_attention (N, rows, h, L, S), decoder_attention
    *  (N, rows, h, L, P + L)]. */
   async step(cache, tokens) {
     const out = await this.decoderStep.run({tokens, src: cache.src,
       cross_k: cache.crossK, cross_v: cache.crossV, past_k: cache.pastK,
-      past_v: cache.pastV});
+      past_v: cache.pastV, targets: cache.targets});
     const grown = new Cache(cache.src, cache.crossK, cache.crossV,
-        out.present_k, out.present_v);
+        out.present_k, out.present_v, cache.targets);
     return [out.log_probs, grown, out.cross_attention,
       out.decoder_attention];
   }
@@ -77,10 +81,11 @@ export class OnnxModel {
  *  beam of one): src int64 (rows, S); crossK, crossV float32
  *  (N, rows, h, S, d_k), computed once from the memory; pastK, pastV
  *  (N, rows, h, P, d_k), the self-attention keys and values of the P
- *  positions decoded so far. */
+ *  positions decoded so far; targets int64 (K), the ids each step scores
+ *  (all rows). */
 export class Cache {
-  constructor(src, crossK, crossV, pastK, pastV) {
-    Object.assign(this, {src, crossK, crossV, pastK, pastV});
+  constructor(src, crossK, crossV, pastK, pastV, targets) {
+    Object.assign(this, {src, crossK, crossV, pastK, pastV, targets});
   }
 
   /** The cache of rows `index` (repeated or reordered): beam search keeps
@@ -88,7 +93,8 @@ export class Cache {
   rows(index) {
     return new Cache(takeRows(this.src, index, 0),
         takeRows(this.crossK, index, 1), takeRows(this.crossV, index, 1),
-        takeRows(this.pastK, index, 1), takeRows(this.pastV, index, 1));
+        takeRows(this.pastK, index, 1), takeRows(this.pastV, index, 1),
+        this.targets);
   }
 }
 
@@ -180,18 +186,36 @@ export function outputLimit(srcLen, settings) {
   return Math.min(Math.trunc(a * srcLen + b) + 1, settings.max_len);
 }
 
+/** aiayn.shortlist.targets: the ids the decoder scores for a sentence, its
+ *  pieces' lists, the frequent ids and <eos>, sorted. record: the export's
+ *  shortlist.json. */
+export function shortlistTargets(record, srcIds, eosId) {
+  const chosen = new Set([eosId, ...record.frequent]);
+  for (const i of srcIds) {
+    for (const t of record.pieces[String(i)] ?? []) chosen.add(t);
+  }
+  return [...chosen].sort((a, b) => a - b);
+}
+
+/** The ids a step scores: `targets` (a shortlist, sorted), or every id. */
+export function scored(vocab, targets) {
+  return targets ?? vocab.pieces.map((_, i) => i);
+}
+
 /** The most probable token at every step: srcIds (S) -> ids, <bos> first,
- *  <eos> last (unless cut at `limit`). */
-export async function greedy(model, vocab, srcIds, limit) {
+ *  <eos> last (unless cut at `limit`). targets: the ids to score (a
+ *  shortlist), else all. */
+export async function greedy(model, vocab, srcIds, limit, targets = null) {
   const src = model.int64([srcIds]); // (1, S)
   const [memory] = await model.encode(src);
-  let cache = await model.start(memory, src);
+  let cache = await model.start(memory, src, scored(vocab, targets));
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
     let logProbs;
     [logProbs, cache] = await model.step(cache, last);
-    const token = argmax(logProbs.data); // the first of equal maxima
+    const best = argmax(logProbs.data); // the first of equal maxima
+    const token = Number(cache.targets.data[best]);
     ys.push(token);
     if (token === vocab.eosId) break;
   }
@@ -200,21 +224,27 @@ export async function greedy(model, vocab, srcIds, limit) {
 
 /** Draw every token as aiayn.decoding.sample(..., seed=) does (sampling.mjs):
  *  sampling {temperature, topK, topP, seed}; onStep(token, probs (V)) is told
- *  each draw as it happens. srcIds (S) -> ids, <bos> first. */
+ *  each draw as it happens; targets: the ids that can be drawn (a
+ *  shortlist), else all. srcIds (S) -> ids, <bos> first. */
 export async function sample(model, vocab, srcIds, limit, sampling,
-    onStep = null) {
+    onStep = null, targets = null) {
   checkSampling(sampling);
   const random = new Mulberry32(sampling.seed);
   const src = model.int64([srcIds]); // (1, S)
   const [memory] = await model.encode(src);
-  let cache = await model.start(memory, src);
+  let cache = await model.start(memory, src, scored(vocab, targets));
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
     let logProbs;
     [logProbs, cache] = await model.step(cache, last);
-    const {id: token, probs} = choose(logProbs.data, sampling, random);
-    if (onStep !== null) onStep(token, probs);
+    const {id, probs} = choose(logProbs.data, sampling, random); // (K)
+    const token = Number(cache.targets.data[id]);
+    if (onStep !== null) { // over every id: 0 off the targets
+      const every = new Float64Array(vocab.pieces.length);
+      cache.targets.data.forEach((t, j) => { every[Number(t)] = probs[j]; });
+      onStep(token, every);
+    }
     ys.push(token);
     if (token === vocab.eosId) break;
   }
@@ -230,12 +260,14 @@ export function lengthPenalty(length, alpha) {
  *  log P / lp. A beam that wrote <eos> keeps its score and competes with
  *  the live ones; the search ends when every beam has finished or the
  *  prefixes reach `limit` columns. Sums are in doubles, as Python's
- *  float64. srcIds (S) -> ids, <bos> first. */
+ *  float64. srcIds (S) -> ids, <bos> first. targets: the ids to score (a
+ *  shortlist), else all. */
 export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
-    alpha = 0.6) {
+    alpha = 0.6, targets = null) {
   const src = model.int64([srcIds]); // (1, S)
   const [memory] = await model.encode(src);
-  let cache = (await model.start(memory, src)).rows(Array(beam).fill(0));
+  let cache = await model.start(memory, src, scored(vocab, targets));
+  cache = cache.rows(Array(beam).fill(0)); // K rows
   let beams = Array.from({length: beam}, () => [vocab.bosId]);
   let logP = [0, ...Array(beam - 1).fill(-Infinity)]; // first expands first
   let lengths = Array(beam).fill(0);
@@ -244,7 +276,7 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
     const last = model.int64(beams.map((b) => b.slice(-1))); // (K, 1)
     let tokenLogP;
     [tokenLogP, cache] = await model.step(cache, last);
-    const V = tokenLogP.dims[1];
+    const K = tokenLogP.dims[1]; // the targets
     const candidates = []; // [score, log P, length, beam, token]
     for (let k = 0; k < beam; k++) {
       if (finished[k]) { // one continuation: padding, which costs nothing
@@ -252,12 +284,13 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
         candidates.push([score, logP[k], lengths[k], k, vocab.padId]);
         continue;
       }
-      const row = tokenLogP.data.subarray(k * V, (k + 1) * V); // (V)
+      const row = tokenLogP.data.subarray(k * K, (k + 1) * K); // (K)
       const total = Float64Array.from(row, (x) => logP[k] + x);
       const lp = lengthPenalty(lengths[k] + 1, alpha);
       const scores = total.map((t) => t / lp);
-      for (const v of topK(scores, beam)) {
-        candidates.push([scores[v], total[v], lengths[k] + 1, k, v]);
+      for (const j of topK(scores, beam)) {
+        const token = Number(cache.targets.data[j]);
+        candidates.push([scores[j], total[j], lengths[k] + 1, k, token]);
       }
     }
     candidates.sort((c, d) => descending(c[0], d[0])); // stable
@@ -283,7 +316,7 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
 export async function attention(model, srcIds, ys) {
   const src = model.int64([srcIds]);
   const [memory, encoder] = await model.encode(src);
-  const cache = await model.start(memory, src);
+  const cache = await model.start(memory, src, [0]); // log_probs unread
   const prefix = model.int64([ys.slice(0, -1)]); // (1, T): all at once
   const [, , cross, selfAttn] = await model.step(cache, prefix);
   const first = (t) => nested(t.data, t.dims).map((layer) => layer[0]);
@@ -292,25 +325,28 @@ export async function attention(model, srcIds, ys) {
 }
 
 /** Greedy (beam = 1) or beam search with the run's settings: srcIds (S)
- *  -> ids, <bos> first. */
+ *  -> ids, <bos> first. shortlist: the export's shortlist.json; each step
+ *  scores the sentence's targets only. */
 export async function translateIds(model, vocab, srcIds, settings,
-    beam = null) {
+    beam = null, shortlist = null) {
   beam = beam ?? settings.beam;
   const limit = outputLimit(srcIds.length, settings);
-  if (beam === 1) return greedy(model, vocab, srcIds, limit);
+  const targets = shortlist === null ? null :
+    shortlistTargets(shortlist, srcIds, vocab.eosId);
+  if (beam === 1) return greedy(model, vocab, srcIds, limit, targets);
   return beamSearch(model, vocab, srcIds, limit, beam,
-      settings.length_penalty);
+      settings.length_penalty, targets);
 }
 
 /** Translate sentences one by one; a sentence with no known piece gives
  *  ''. (Python's `workers` has no twin: one WASM thread.) */
 export async function translate(model, vocab, sentences, settings,
-    beam = null) {
+    beam = null, shortlist = null) {
   const out = [];
   for (const text of sentences) {
     const ids = sourceIds(vocab, text, settings.max_len);
-    out.push(ids === null ? '' : detokenize(
-        vocab, await translateIds(model, vocab, ids, settings, beam)));
+    out.push(ids === null ? '' : detokenize(vocab,
+        await translateIds(model, vocab, ids, settings, beam, shortlist)));
   }
   return out;
 }

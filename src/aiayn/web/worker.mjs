@@ -3,8 +3,10 @@
 // sentence takes about half a second with beam search; the page would freeze that long).
 //
 // page.mjs starts it with `new Worker(url, {type: 'module'})` and asks it one thing at a time:
-//   {id, kind: 'load', ort, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, settings}
-//       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred)
+//   {id, kind: 'load', ort, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, settings,
+//    shortlist}
+//       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred); shortlist
+//       (shortlist.json, or absent: every id is scored) serves greedy, beam search and sampling
 //       -> {id, value: {pieces: V}}
 //   {id, kind: 'translate', sentence, beam, sampling}
 //       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
@@ -16,10 +18,10 @@
 //          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
 //   a failure answers {id, error: message}.
 
-import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
-  translateIds} from './translator.mjs';
+import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample,
+  shortlistTargets, sourceIds, translateIds} from './translator.mjs';
 
-let translator = null;  // {model, vocab, settings}, once loaded
+let translator = null;  // {model, vocab, settings, shortlist}, once loaded
 // searched once while loading, greedy and with beam search: a first search pays for compiling the
 // runtime's kernels (WebAssembly is compiled fast at first and well once it runs), which would otherwise
 // count in the time the reader's first sentence takes
@@ -56,7 +58,7 @@ export function checkSentence(vocab, settings, sentence) {
 }
 
 /** Start onnxruntime-web on one thread with the graphs; read the tokenizer and the settings. */
-async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer,
+async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, shortlist,
   settings}) {
   const ort = await import(ortUrl);
   ort.env.wasm.numThreads = 1;
@@ -64,10 +66,11 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
   ort.env.wasm.wasmBinary = runtime;
   const text = bytes => JSON.parse(new TextDecoder().decode(bytes));
   const model = await OnnxModel.create(ort, ...[encoder, crossKv, decoderStep].map(b => new Uint8Array(b)));
-  translator = {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings)};
+  translator = {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings),
+    shortlist: shortlist === undefined ? null : text(shortlist)};
   const ids = sourceIds(translator.vocab, WARM_UP, translator.settings.max_len);
   for (const beam of [1, translator.settings.beam]) {
-    await translateIds(model, translator.vocab, ids, translator.settings, beam);
+    await translateIds(model, translator.vocab, ids, translator.settings, beam, translator.shortlist);
   }
   return {pieces: translator.vocab.pieces.length};
 }
@@ -83,15 +86,16 @@ export function topPieces(vocab, probs, k = STEP_TOP) {
  * translation; `post(step)` is told each draw of a sampling. */
 async function translate({sentence, beam, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
-  const {model, vocab, settings} = translator;
+  const {model, vocab, settings, shortlist} = translator;
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
   const started = performance.now();
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
+  const targets = shortlist === null ? null : shortlistTargets(shortlist, ids, vocab.eosId);
   const ys = sampling === null  // <bos> first
-    ? await translateIds(model, vocab, ids, settings, beam)
-    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
+    ? await translateIds(model, vocab, ids, settings, beam, shortlist)
+    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep, targets);
   const ms = performance.now() - started;
   const maps = await attention(model, ids, ys);
   const pieces = list => list.map(i => vocab.pieces[i]);
