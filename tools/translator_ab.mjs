@@ -7,16 +7,17 @@
 //          q4=/tmp/q4
 //
 // Each folder holds encoder/cross_kv/decoder_step .int8.onnx, tokenizer.json
-// and translator.json: an export (python -m aiayn.export), or a copy with
-// other graphs under those names. Prints each variant's translations of the
+// and translator.json (and shortlist.json, which its searches then score):
+// an export (python -m aiayn.export), or a copy with other graphs under
+// those names. Prints each variant's translations of the
 // caption tools/translator_timing.py times in Chromium, then the median and
 // range in ms of greedy and beam search (the run's K and alpha).
-import {readFileSync} from 'node:fs';
+import {existsSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {performance} from 'node:perf_hooks';
 import * as ort from 'onnxruntime-web';
 import {OnnxModel, Vocabulary, beamSearch, detokenize, greedy, outputLimit,
-  sourceIds} from '../src/aiayn/web/translator.mjs';
+  shortlistTargets, sourceIds} from '../src/aiayn/web/translator.mjs';
 
 const rounds = Number(process.argv[2]);
 const pairs = process.argv.slice(3).map((a) => a.split('='));
@@ -39,12 +40,17 @@ const ids = sourceIds(vocab, TEXT, settings.max_len);
 const limit = outputLimit(ids.length, settings);
 const [K, alpha] = [settings.beam, settings.length_penalty];
 const models = {};
+const targets = {}; // each folder's shortlist of the caption, or null
 for (const [label, folder] of Object.entries(folders)) {
+  const listed = join(folder, 'shortlist.json');
+  targets[label] = existsSync(listed) ? shortlistTargets(
+      JSON.parse(readFileSync(listed)), ids, vocab.eosId) : null;
   const file = (n) => readFileSync(join(folder, `${n}.int8.onnx`));
   models[label] = await OnnxModel.create(ort, file('encoder'),
       file('cross_kv'), file('decoder_step'));
-  const g = await greedy(models[label], vocab, ids, limit);
-  const b = await beamSearch(models[label], vocab, ids, limit, K, alpha);
+  const g = await greedy(models[label], vocab, ids, limit, targets[label]);
+  const b = await beamSearch(models[label], vocab, ids, limit, K, alpha,
+      targets[label]);
   console.log(`${label}: greedy "${detokenize(vocab, g)}" (${g.length - 1}` +
     ` steps); beam ${K} "${detokenize(vocab, b)}"`);
 }
@@ -55,10 +61,10 @@ for (const label of Object.keys(models)) {
 for (let r = 0; r < rounds; r++) {
   for (const [label, model] of Object.entries(models)) {
     let t0 = performance.now();
-    await greedy(model, vocab, ids, limit);
+    await greedy(model, vocab, ids, limit, targets[label]);
     times[label].greedy.push(performance.now() - t0);
     t0 = performance.now();
-    await beamSearch(model, vocab, ids, limit, K, alpha);
+    await beamSearch(model, vocab, ids, limit, K, alpha, targets[label]);
     times[label].beam.push(performance.now() - t0);
   }
 }

@@ -1,17 +1,18 @@
 // Where chapter 11.4's greedy search spends its time, in Node, on one
-// WebAssembly thread, with the page's int8 graphs; then variants of the step
-// timed in turn (A B A B ...), each checked to give the same translation.
+// WebAssembly thread, with the page's int8 graphs and the export's shortlist;
+// then variants of the step timed in turn (A B A B ...), each checked to give
+// the same translation.
 //
 //   node tools/translator_bench.mjs [export folder] [rounds]
 //
 // The folder is an export (python -m aiayn.export), by default
 // _build/translator-export-main. Prints medians in ms.
-import {readFileSync} from 'node:fs';
+import {existsSync, readFileSync} from 'node:fs';
 import {join} from 'node:path';
 import {performance} from 'node:perf_hooks';
 import * as ort from 'onnxruntime-web';
-import {OnnxModel, Vocabulary, greedy, outputLimit, sourceIds} from
-  '../src/aiayn/web/translator.mjs';
+import {OnnxModel, Vocabulary, greedy, outputLimit, scored, shortlistTargets,
+  sourceIds} from '../src/aiayn/web/translator.mjs';
 
 const folder = process.argv[2] ?? '_build/translator-export-main';
 const rounds = Number(process.argv[3] ?? 20);
@@ -58,7 +59,7 @@ async function profile(model, ids, limit) {
   lap('tensors');
   const [memory] = await model.encode(src);
   lap('encoder');
-  let cache = await model.start(memory, src);
+  let cache = await model.start(memory, src, scored(vocab, targets));
   lap('cross_kv');
   const ys = [vocab.bosId];
   const steps = [];
@@ -70,8 +71,9 @@ async function profile(model, ids, limit) {
     [logProbs, cache] = await model.step(cache, last);
     steps.push(lap('steps') - before);
     const xs = logProbs.data;
-    let token = 0;
-    for (let i = 1; i < xs.length; i++) if (xs[i] > xs[token]) token = i;
+    let best = 0;
+    for (let i = 1; i < xs.length; i++) if (xs[i] > xs[best]) best = i;
+    const token = Number(cache.targets.data[best]);
     ys.push(token);
     lap('argmax');
     if (token === vocab.eosId) break;
@@ -81,9 +83,11 @@ async function profile(model, ids, limit) {
 
 const ids = sourceIds(vocab, TEXT, settings.max_len);
 const limit = outputLimit(ids.length, settings);
+const targets = existsSync(join(folder, 'shortlist.json')) ? shortlistTargets(
+    JSON.parse(read('shortlist.json')), ids, vocab.eosId) : null;
 const base = await load();
-const reference = await greedy(base, vocab, ids, limit);
-for (let i = 0; i < 3; i++) await greedy(base, vocab, ids, limit); // warm
+const reference = await greedy(base, vocab, ids, limit, targets);
+for (let i = 0; i < 3; i++) await greedy(base, vocab, ids, limit, targets);
 console.log(`${ids.length} source pieces, ${reference.length - 1} steps, ` +
   `median ms of ${rounds} runs, int8, one thread`);
 
@@ -114,16 +118,16 @@ const variants = {
 };
 const times = {};
 for (const [name, model] of Object.entries(variants)) {
-  const ys = await greedy(model, vocab, ids, limit);
+  const ys = await greedy(model, vocab, ids, limit, targets);
   const same = ys.join() === reference.join();
   console.log(`  ${name}: ${same ? 'same' : 'DIFFERENT'} translation`);
-  await greedy(model, vocab, ids, limit);
+  await greedy(model, vocab, ids, limit, targets);
   times[name] = [];
 }
 for (let r = 0; r < rounds; r++) {
   for (const [name, model] of Object.entries(variants)) {
     const t0 = performance.now();
-    await greedy(model, vocab, ids, limit);
+    await greedy(model, vocab, ids, limit, targets);
     times[name].push(performance.now() - t0);
   }
 }
