@@ -108,7 +108,6 @@ def _searched(folder: Path, kind: str, sentences: list[dict]):
                 "targets": targets,
                 "greedy": tr.greedy(model, vocab, src, limit, targets),
                 "beam": tr.beam_search(model, vocab, src, limit, beam, alpha, targets),
-                "sampled": tr.sample(model, vocab, src, limit, SAMPLINGS[0], targets=targets),
             }
     return found, maps
 

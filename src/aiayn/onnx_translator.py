@@ -13,8 +13,8 @@ and values of the tokens before it and the cross-attention ones of the source (c
 whole-prefix decoder behind the same interface; the tests hold the translations of the two equal.
 
 The shortlist. With the export's ``shortlist.json`` (``aiayn.shortlist``), greedy and beam search
-score only the ids of the sentence's shortlist at each step (``targets``); sampling always draws
-from every id.
+score only the ids of the sentence's shortlist at each step (``targets``); sampling draws from every
+id, as ``decoding.sample`` does.
 
 The tests hold Python and JavaScript equal token for token on the float32 files. On the int8 files they agree on
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
@@ -274,7 +274,6 @@ def sample(
     limit: int,
     sampling: dict[str, Any],
     on_step: Callable[[int, np.ndarray], None] | None = None,
-    targets: Sequence[int] | None = None,
 ) -> list[int]:
     """Draw every token as ``aiayn.decoding.sample(..., seed=)`` does; ``<bos>`` first.
 
@@ -282,7 +281,8 @@ def sample(
         sampling: ``{"temperature", "top_k", "top_p", "seed"}``; ``top_k`` and ``top_p``
             may be ``None`` (keep all).
         on_step: told each token drawn and the ``(V,)`` probabilities it was drawn from.
-        targets: the ids that can be drawn (a shortlist), else all.
+
+    Every id can be drawn: no shortlist, so that a seed draws what ``decoding.sample`` draws.
     """
     temperature, top_k = sampling["temperature"], sampling["top_k"]
     top_p = sampling["top_p"]
@@ -290,18 +290,16 @@ def sample(
     random = Mulberry32(sampling["seed"])
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
     memory, _ = model.encode(src)
-    cache = model.start(memory, src, scored(vocab, targets))
+    cache = model.start(memory, src, scored(vocab, None))  # every id
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
         log_probs, cache = model.step(cache, last)[:2]
-        logits = torch.from_numpy(log_probs)  # (1, K)
-        probs = sampling_probs(logits, temperature, top_k, top_p)  # (1, K)
-        token = int(cache.targets[draw(probs, random)[0]])
-        if on_step is not None:  # over every id: 0 off the targets
-            every = np.zeros(len(vocab.pieces), np.float32)
-            every[cache.targets] = probs[0].numpy()
-            on_step(token, every)
+        logits = torch.from_numpy(log_probs)  # (1, V)
+        probs = sampling_probs(logits, temperature, top_k, top_p)  # (1, V)
+        token = int(draw(probs, random)[0])
+        if on_step is not None:
+            on_step(token, probs[0].numpy())
         ys.append(token)
         if token == vocab.eos_id:
             break

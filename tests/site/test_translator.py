@@ -59,20 +59,24 @@ def built_model(site) -> Path:
 
 
 def python_twin(model_files: Path):
-    """aiayn.onnx_translator over the site's own files: the model, vocabulary, settings and the sentence's ids."""
+    """aiayn.onnx_translator over the site's own files: the model, vocabulary, settings, the sentence's ids
+    and the shortlist the page scores."""
     from aiayn.onnx_translator import OnnxModel, Vocabulary, source_ids
+    from aiayn.shortlist import load
 
     vocab = Vocabulary.load(model_files)
     settings = json.loads((model_files / "translator.json").read_text())
     ids = source_ids(vocab, SENTENCE, settings["max_len"])
-    return OnnxModel(model_files), vocab, settings, ids
+    shortlist = load(model_files)
+    assert shortlist is not None, f"{model_files} has no shortlist.json: the site's export was made without one"
+    return OnnxModel(model_files), vocab, settings, ids, shortlist
 
 
 def _expected(twin, beam: int):
     from aiayn.onnx_translator import attention, detokenize, translate_ids
 
-    model, vocab, settings, ids = twin
-    ys = translate_ids(model, vocab, ids, settings, beam)
+    model, vocab, settings, ids, shortlist = twin
+    ys = translate_ids(model, vocab, ids, settings, beam, shortlist)
     return ys, detokenize(vocab, ys), attention(model, ids, ys)
 
 
@@ -170,7 +174,7 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         assert message.startswith("Ready:") and "downloaded" in message, message
 
         page.fill("#aiayn-german", SENTENCE)
-        model, vocab, settings, ids = twin
+        model, vocab, settings, ids, _ = twin
         times = {}
         for beam in (False, True):
             k = settings["beam"] if beam else 1
@@ -273,7 +277,7 @@ def _sample(page, **settings: str) -> tuple[str, list[str]]:
 def _sampled(twin, sampling: dict) -> list[int]:
     from aiayn.onnx_translator import output_limit, sample
 
-    model, vocab, settings, ids = twin
+    model, vocab, settings, ids, _ = twin  # sampling draws from every id: no shortlist
     return sample(model, vocab, ids, output_limit(len(ids), settings), sampling)
 
 
@@ -287,9 +291,9 @@ def english_of(twin, text: str, beam: int) -> str:
     """aiayn.onnx_translator's English for ``text`` over the site's files."""
     from aiayn.onnx_translator import detokenize, source_ids, translate_ids
 
-    model, vocab, settings, _ = twin
+    model, vocab, settings, _, shortlist = twin
     ids = source_ids(vocab, text, settings["max_len"])
-    return detokenize(vocab, translate_ids(model, vocab, ids, settings, beam))
+    return detokenize(vocab, translate_ids(model, vocab, ids, settings, beam, shortlist))
 
 
 def test_the_page_says_what_the_model_knows(browser, base_url, site):

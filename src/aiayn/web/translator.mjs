@@ -224,27 +224,22 @@ export async function greedy(model, vocab, srcIds, limit, targets = null) {
 
 /** Draw every token as aiayn.decoding.sample(..., seed=) does (sampling.mjs):
  *  sampling {temperature, topK, topP, seed}; onStep(token, probs (V)) is told
- *  each draw as it happens; targets: the ids that can be drawn (a
- *  shortlist), else all. srcIds (S) -> ids, <bos> first. */
+ *  each draw as it happens. Every id can be drawn (no shortlist). srcIds (S)
+ *  -> ids, <bos> first. */
 export async function sample(model, vocab, srcIds, limit, sampling,
-    onStep = null, targets = null) {
+    onStep = null) {
   checkSampling(sampling);
   const random = new Mulberry32(sampling.seed);
   const src = model.int64([srcIds]); // (1, S)
   const [memory] = await model.encode(src);
-  let cache = await model.start(memory, src, scored(vocab, targets));
+  let cache = await model.start(memory, src, scored(vocab, null)); // every id
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
     let logProbs;
     [logProbs, cache] = await model.step(cache, last);
-    const {id, probs} = choose(logProbs.data, sampling, random); // (K)
-    const token = Number(cache.targets.data[id]);
-    if (onStep !== null) { // over every id: 0 off the targets
-      const every = new Float64Array(vocab.pieces.length);
-      cache.targets.data.forEach((t, j) => { every[Number(t)] = probs[j]; });
-      onStep(token, every);
-    }
+    const {id: token, probs} = choose(logProbs.data, sampling, random);
+    if (onStep !== null) onStep(token, probs);
     ys.push(token);
     if (token === vocab.eosId) break;
   }

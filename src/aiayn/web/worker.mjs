@@ -6,7 +6,8 @@
 //   {id, kind: 'load', ort, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, settings,
 //    shortlist}
 //       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred); shortlist
-//       (shortlist.json, or absent: every id is scored) serves greedy, beam search and sampling
+//       (shortlist.json, or absent: every id is scored) serves greedy and beam search; sampling draws
+//       from every id, as decoding.sample does
 //       -> {id, value: {pieces: V}}
 //   {id, kind: 'translate', sentence, beam, sampling}
 //       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
@@ -18,8 +19,8 @@
 //          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
 //   a failure answers {id, error: message}.
 
-import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample,
-  shortlistTargets, sourceIds, translateIds} from './translator.mjs';
+import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
+  translateIds} from './translator.mjs';
 
 let translator = null;  // {model, vocab, settings, shortlist}, once loaded
 // searched once while loading, greedy and with beam search: a first search pays for compiling the
@@ -92,10 +93,9 @@ async function translate({sentence, beam, sampling = null}, post = () => {}) {
   const started = performance.now();
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
-  const targets = shortlist === null ? null : shortlistTargets(shortlist, ids, vocab.eosId);
   const ys = sampling === null  // <bos> first
     ? await translateIds(model, vocab, ids, settings, beam, shortlist)
-    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep, targets);
+    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
   const ms = performance.now() - started;
   const maps = await attention(model, ids, ys);
   const pieces = list => list.map(i => vocab.pieces[i]);
