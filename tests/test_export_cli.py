@@ -21,6 +21,7 @@ import termios
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aiayn import export as ex
@@ -218,6 +219,7 @@ def test_an_earlier_export_is_replaced_whole_and_names_no_path(exported, run, ro
         assert sha256_file(out / name)[1] == entry["sha256"], name
     assert [len((out / h).read_text().splitlines()) for h in hypotheses] == [5, 5]
     assert manifest["format"] == "aiayn-export/1" and manifest["settings"]["beam"] == 2
+    assert "shortlist.json" in manifest["page_files"]  # learned from the training pairs by default
     assert manifest["source"]["run"] == "run" and manifest["source"]["checkpoints"] == ["checkpoint.pt"]
     assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no folder left beside it
     assert (exported / "test2016.int8.beam4.hyp.en").is_file()  # the fixture is untouched
@@ -229,6 +231,29 @@ def test_an_earlier_export_is_replaced_whole_and_names_no_path(exported, run, ro
     assert {e["command"] for e in manifest["bleu"].values()} == {
         "python -m aiayn.export RUN --out DIR --bleu int8 --limit 5"
     }
+
+
+def test_without_a_shortlist_the_export_scores_every_id(run, root, tmp_path):
+    """``--shortlist none``: no shortlist.json, none in the manifest (so the page fetches none), and the
+    search reads the folder as one whose steps score every id."""
+    from aiayn import onnx_translator as tr
+
+    out = tmp_path / "export"
+    code, stdout, err = export_cli([run, "--out", out, "--bleu", "none", "--shortlist", "none"], root)
+    assert code == 0, err
+    assert "learning the shortlist" not in stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert not (out / "shortlist.json").exists() and tr.load_shortlist(out) is None
+    assert "shortlist.json" not in manifest["files"] and "shortlist.json" not in manifest["page_files"]
+    assert manifest["page_bytes"] == sum((out / n).stat().st_size for n in manifest["page_files"])
+    model, vocab = tr.OnnxModel(out), tr.Vocabulary.load(out)
+    settings = json.loads((out / "translator.json").read_text())
+    src = tr.source_ids(vocab, "Ein Mann fährt Fahrrad.", settings["max_len"])
+    limit = tr.output_limit(len(src), settings)
+    cache = model.start(*model.encode(np.array([src]))[:1], np.array([src]), tr.scored(vocab, None))
+    log_probs = model.step(cache, np.array([[vocab.bos_id]]))[0]
+    assert log_probs.shape == (1, len(vocab.pieces))  # every id scored
+    assert len(tr.greedy(model, vocab, src, limit)) >= 2
 
 
 # --- Ctrl-C and a killed export ---------------------------------------------------------------------
