@@ -59,17 +59,7 @@ def shortlisted(folder: Path, manifest: dict) -> dict:
         raise SystemExit(f"{folder} has no shortlist.json: export without --shortlist none")
     pairs = load_multi30k("test2016")
     lengths = [len(targets(record, tr.source_ids(vocab, s, 256), vocab.eos_id)) for s, _ in pairs]
-    folder_without = folder / "_every_id"  # scored as if the export had no shortlist
-    folder_without.mkdir(exist_ok=True)
-    try:
-        for name in manifest["files"]:
-            if name != "shortlist.json":
-                (folder_without / name).symlink_to((folder / name).resolve())
-        every = tr.score_files(folder_without, pairs, True, (1, manifest["settings"]["beam"]))
-    finally:
-        for path in folder_without.iterdir():
-            path.unlink()
-        folder_without.rmdir()
+    every = tr.score_files(folder, pairs, True, (1, manifest["settings"]["beam"]), shortlisted=False)
     return {
         "top": record["top"],
         "frequent": len(record["frequent"]),

@@ -468,18 +468,19 @@ def score_files(
     beams: Sequence[int] = (1, 4),
     workers: int = 2,
     progress: bool = False,
+    shortlisted: bool = True,
 ) -> dict[str, Any]:
     """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs.
 
-    The search the page runs: with the folder's shortlist when it has one. ``progress``: a bar
-    over the sentences of each beam size.
+    The search the page runs: with the folder's shortlist when it has one (``shortlisted=False``:
+    every id scored all the same). ``progress``: a bar over the sentences of each beam size.
     """
     from sacrebleu.metrics import BLEU
 
     folder = Path(folder)
     settings = json.loads((folder / SETTINGS_JSON).read_text())
     model, vocab = OnnxModel(folder, int8), Vocabulary.load(folder)
-    shortlist = load_shortlist(folder)
+    shortlist = load_shortlist(folder) if shortlisted else None
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     scores = {}
     for beam in beams:
