@@ -114,10 +114,27 @@ def test_pad_to_rounds_the_lengths_up_and_adds_only_pad():
     assert {b.src.size(1) for b in padded(0)} <= buckets and {b.tgt_out.size(1) for b in padded(0)} <= buckets
 
 
-@pytest.mark.parametrize("fast", [False, True])
-def test_pad_to_gives_the_same_loss_and_gradients(fast):
+def test_pad_rows_adds_sentences_with_nothing_to_predict():
+    pairs = random_pairs(seed=5)
+    plain, padded = EpochBatches(pairs, 200, pad_to=8), EpochBatches(pairs, 200, pad_to=8, pad_rows=16)
+    for a, b in zip(plain(0), padded(0), strict=True):
+        B, S = a.src.shape
+        assert b.src.size(0) == -(-B // 16) * 16 and b.tgt_out.shape[1:] == a.tgt_out.shape[1:]
+        for name in TENSORS:
+            assert torch.equal(getattr(b, name)[:B], getattr(a, name)), name
+        assert (b.src[B:] == PAD).all() and (b.tgt_out[B:] == PAD).all() and not b.src_mask[B:].any()
+        assert b.n_tokens == a.n_tokens
+    shapes = {tuple(b.src.shape) + (b.tgt_out.size(1),) for b in padded(0)}
+    assert len(shapes) < len({tuple(b.src.shape) + (b.tgt_out.size(1),) for b in plain(0)})
+    with pytest.raises(ValueError, match=r"pad_rows must be a positive integer, got 0"):
+        PaddedPairs([([5], [6])], pad_rows=0)
+
+
+@pytest.mark.parametrize(("fast", "pad_rows"), [(False, None), (True, None), (False, 32), (True, 32)])
+def test_pad_to_gives_the_same_loss_and_gradients(fast, pad_rows):
     """The loss is a mean over the non-pad targets and the masks hide the extra keys: the same
-    loss and gradients as without the extra padding, up to float rounding."""
+    loss and gradients as without the extra padding, up to float rounding. Rows added by
+    ``pad_rows`` have no target token and no key to attend to: they change neither (nor make NaN)."""
     pairs = random_pairs(n=60, seed=4)
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(V, V, d_model=32, d_ff=64, h=4, N=2, dropout=0.0, share_embeddings=True))
@@ -132,9 +149,11 @@ def test_pad_to_gives_the_same_loss_and_gradients(fast):
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
-    plain, padded = EpochBatches(pairs, 300), EpochBatches(pairs, 300, pad_to=16)
+    plain, padded = EpochBatches(pairs, 300), EpochBatches(pairs, 300, pad_to=16, pad_rows=pad_rows)
     for a, b in zip(plain(0), padded(0), strict=True):
         assert b.src.shape != a.src.shape or b.tgt_out.shape != a.tgt_out.shape or a.src.size(1) % 16 == 0
+        if pad_rows:
+            assert b.src.size(0) % pad_rows == 0 and b.src.size(0) > a.src.size(0)
         loss_a, grads_a = loss_and_grads(a)
         loss_b, grads_b = loss_and_grads(b)
         torch.testing.assert_close(loss_b, loss_a, rtol=1e-6, atol=1e-6)
@@ -143,7 +162,8 @@ def test_pad_to_gives_the_same_loss_and_gradients(fast):
 
 
 def test_the_train_command_trains_on_padded_shapes_with_the_same_losses(tmp_path, root, cache):
-    """TrainConfig.pad_to reaches the batches: a run on lengths rounded up to 16 logs the unpadded run's losses."""
+    """TrainConfig.pad_to and pad_rows reach the batches: a run on lengths rounded up to 16 and
+    sentences to a multiple of 8 logs the unpadded run's losses."""
     import json
 
     from test_runs import TINY
@@ -155,19 +175,21 @@ def test_the_train_command_trains_on_padded_shapes_with_the_same_losses(tmp_path
 
     def spied(*args, **kwargs):  # the train command's batches, and the shapes of the first epoch's
         batches = EpochBatches(*args, **kwargs)
-        shapes[kwargs.get("pad_to")] = {(b.src.size(1), b.tgt_in.size(1)) for b in batches(0)}
+        shapes[kwargs.get("pad_to")] = {tuple(b.src.shape) + (b.tgt_in.size(1),) for b in batches(0)}
         return batches
 
     for pad_to in (None, 16):
-        cfg = TINY.with_changes(epochs=1, pad_to=pad_to)  # no dropout: the same draws either way
+        # no dropout: the same draws either way
+        cfg = TINY.with_changes(epochs=1, pad_to=pad_to, pad_rows=pad_to and 8)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(recipes, "EpochBatches", spied)
             train(cfg, tmp_path / f"run-{pad_to}", root=root, device="cpu", progress=False)
         lines = (tmp_path / f"run-{pad_to}" / "metrics.jsonl").read_text().splitlines()
         losses[pad_to] = [r["loss"] for r in map(json.loads, lines) if r["event"] == "step"]
-    assert all(s % 16 == 0 and t % 16 == 0 for s, t in shapes[16])
-    assert any(s % 16 or t % 16 for s, t in shapes[None])  # the lengths were not multiples of 16
+    assert all(b % 8 == 0 and s % 16 == 0 and t % 16 == 0 for b, s, t in shapes[16])
+    assert any(b % 8 or s % 16 or t % 16 for b, s, t in shapes[None])  # nothing was a multiple already
     assert len(losses[None]) == len(losses[16]) > 3
     assert losses[16] == pytest.approx(losses[None], rel=1e-4)
-    with pytest.raises(ValueError, match="pad_to"):
-        TINY.with_changes(pad_to=0)
+    for name in ("pad_to", "pad_rows"):
+        with pytest.raises(ValueError, match=name):
+            TINY.with_changes(**{name: 0})

@@ -240,20 +240,30 @@ class PaddedPairs:
     pairs, the same tensors (``tests/test_batches.py``), without a ``torch.tensor`` per sentence.
     With ``pad_to``, each batch's S and T are rounded up to a multiple of it: fewer shapes, the
     same loss (the masks hide the extra ``<pad>`` positions), more padded positions per batch.
+    With ``pad_rows``, its number of sentences B is rounded up to a multiple of it by rows of
+    ``<pad>`` only. Such a row adds no target token, so the loss and the gradients stay those of
+    the real rows (its queries find no key, and ``attention`` gives them zero weights, not NaN).
 
     Args:
         pairs: ``(source ids, target ids)`` per pair, without ``<eos>``.
         pad_to: round S and T up to a multiple of this (``None``: the longest sentence's length).
+        pad_rows: round B up to a multiple of this (``None``: the batch's own pairs).
     """
 
-    def __init__(self, pairs: IdPairs, pad_to: int | None = None):
-        if pad_to is not None:
-            check_positive(pad_to=pad_to)
+    def __init__(
+        self,
+        pairs: IdPairs,
+        pad_to: int | None = None,
+        pad_rows: int | None = None,
+    ):
+        for name, value in (("pad_to", pad_to), ("pad_rows", pad_rows)):
+            if value is not None:
+                check_positive(**{name: value})
         if len(pairs) == 0:
             raise ValueError(
                 "expected at least one (source ids, target ids) pair, got none"
             )
-        self.pad_to = pad_to
+        self.pad_to, self.pad_rows = pad_to, pad_rows
         sides = []
         for k in (0, 1):  # source, then target
             seqs = [pair[k] for pair in pairs]
@@ -275,6 +285,14 @@ class PaddedPairs:
         T = _round_up(max(self.tgt_lengths[i] for i in indices), self.pad_to)
         src = self.src[:, :S].index_select(0, rows)  # (B, S)
         tgt = self.tgt[:, :T].index_select(0, rows)  # (B, T)
+        extra = _round_up(len(indices), self.pad_rows) - len(indices)
+        if extra:  # (B + extra, S) and (B + extra, T)
+            src = torch.cat(
+                [src, torch.full((extra, S), PAD, dtype=torch.long)]
+            )
+            tgt = torch.cat(
+                [tgt, torch.full((extra, T), PAD, dtype=torch.long)]
+            )
         return Batch.make(src, tgt, PAD, BOS)
 
 
@@ -324,6 +342,8 @@ class EpochBatches:
         device: copy each batch there (``non_blocking``) one batch ahead of the step that uses it;
             ``None`` leaves them on the CPU.
         pad_to: round each batch's S and T up to a multiple of this (``PaddedPairs``).
+        pad_rows: round each batch's number of sentences up to a multiple of this, with rows that
+            hold nothing to predict (``PaddedPairs``).
     """
 
     def __init__(
@@ -336,12 +356,13 @@ class EpochBatches:
         world: int = 1,
         device: torch.device | str | None = None,
         pad_to: int | None = None,
+        pad_rows: int | None = None,
     ):
         self.pairs, self.max_tokens, self.seed = pairs, max_tokens, seed
         self.rank, self.world = rank, world
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self.device = None if device is None else torch.device(device)
-        self.padded = PaddedPairs(pairs, pad_to)  # once a run
+        self.padded = PaddedPairs(pairs, pad_to, pad_rows)  # once a run
         self._indices: dict[int, list[list[int]]] = {}
 
     def indices(self, epoch: int) -> list[list[int]]:

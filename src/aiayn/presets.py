@@ -119,6 +119,9 @@ class TrainConfig:
             the longest in the batch). The same loss and gradients (``tests/test_batches.py``), fewer
             batch shapes, as a captured step needs; with dropout the random draws differ, so a
             resumed run keeps its setting.
+        pad_rows: pad each batch's number of sentences up to a multiple of this, with rows that hold
+            nothing to predict (``None``: none added). With ``pad_to``, an epoch of ``multi30k`` has a
+            few dozen shapes instead of one per batch; the same loss and gradients.
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
             keeps torch's setting. Tiny models run faster on one thread, and far faster when other
             processes share the cores (two threads then wait on each other at every small operation).
@@ -154,6 +157,7 @@ class TrainConfig:
     compile: bool = False
     pin_memory: bool = True
     pad_to: int | None = None
+    pad_rows: int | None = None
     cpu_threads: int | None = None
     # logging and checkpoints
     log_every: int = 1
@@ -186,6 +190,7 @@ class TrainConfig:
             "test_subset",
             "max_steps",
             "pad_to",
+            "pad_rows",
             "checkpoint_every",
             "cpu_threads",
         ):

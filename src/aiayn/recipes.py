@@ -497,6 +497,7 @@ def _run(
         world=distributed.world_size(),
         device=device,  # each batch copied while the step before it runs
         pad_to=cfg.pad_to,
+        pad_rows=cfg.pad_rows,
     )
 
     with (
