@@ -11,9 +11,12 @@ the validation loss and those translations again: the last logged ``val_loss`` m
 recomputed one, and the translations must be the same strings. A derived copy of the weights that
 outlived an optimizer step (the stale packed q/k/v of issue 30) breaks both.
 
-Without ``--quick`` (meant for a GPU) it also times, by phase (start-up, building batches, steps,
+On CUDA the promises also cover a smoke run whose passes are replayed as CUDA graphs
+(``TrainConfig.cuda_graphs``, padded as ``python -m aiayn.train --cuda-graphs`` pads). Without
+``--quick`` (meant for a GPU) it also times, by phase (start-up, building batches, steps,
 validation, checkpoint writes), the whole smoke preset and 4 epochs of ``multi30k`` (checked by
-the same promises), and decodes test2016 with beam 4 (time, BLEU) with the 4-epoch weights.
+the same promises; on CUDA once eager and once with CUDA graphs), and decodes test2016 with beam 4
+(time, BLEU) with the 4-epoch weights, in batches of 128 sentences and in one batch of all of them.
 
 Writes a JSON to ``--out``; exits 1 when a promise fails, 2 on a bad argument.
 """
@@ -145,13 +148,22 @@ def train_and_replay(cfg, name: str, work: Path, device: str, root: str | None, 
     }  # fmt: skip
 
 
-def _evaluate(run: Path, device: str, root: str | None, beam: int) -> dict:
+def _evaluate(run: Path, device: str, root: str | None, beam: int, batch_size: int = 128) -> dict:
     start = time.perf_counter()
-    result = recipes.evaluate(run, "test2016", beam=beam, limit=None, device=device, root=root, average=False)
+    result = recipes.evaluate(
+        run, "test2016", beam=beam, limit=None, device=device, root=root, average=False, batch_size=batch_size
+    )
     return {
-        "sentences": result.sentences, "beam": beam, "bleu": result.bleu, "sacrebleu": result.sacrebleu,
-        "decode_s": result.decode_s, "wall_s": time.perf_counter() - start,
+        "sentences": result.sentences, "beam": beam, "batch_size": batch_size, "bleu": result.bleu,
+        "sacrebleu": result.sacrebleu, "decode_s": result.decode_s, "wall_s": time.perf_counter() - start,
     }  # fmt: skip
+
+
+def graphed(cfg):
+    """``cfg`` with its passes replayed as CUDA graphs, padded as ``train --cuda-graphs`` pads."""
+    from aiayn.train import GRAPHED_PAD_ROWS, GRAPHED_PAD_TO
+
+    return replace(cfg, cuda_graphs=True, pad_to=GRAPHED_PAD_TO, pad_rows=GRAPHED_PAD_ROWS)
 
 
 def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> dict:
@@ -165,10 +177,12 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
         "quick": quick,
         "promises": [],
     }
-    for adam, amp in MODES[kind]:
-        name = f"smoke-{adam}-{amp or 'fp32'}"
+    runs = [(f"smoke-{adam}-{amp or 'fp32'}", replace(smoke, adam=adam, amp=amp)) for adam, amp in MODES[kind]]
+    if kind == "cuda":
+        runs.append(("smoke-graphs", graphed(smoke)))
+    for name, cfg in runs:
         log(f"{name}: training, then replaying in a fresh process")
-        result = train_and_replay(replace(smoke, adam=adam, amp=amp), name, work, device, root, tolerance)
+        result = train_and_replay(cfg, name, work, device, root, tolerance)
         report["promises"].append(result)
         save(report)  # what is done so far, should a later part not finish
         log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.6f} logged, "
@@ -176,15 +190,18 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
             f"translations identical; {result['wall_s']:.1f} s")  # fmt: skip
     if not quick:
         big = replace(get_preset("multi30k"), epochs=4, average_last=1)
-        log("multi30k, 4 epochs: training, then replaying in a fresh process")
-        result = train_and_replay(big, "multi30k-4", work, device, root, tolerance)
-        report["promises"].append(result)
-        save(report)
-        log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.4f} "
-            f"logged, {result['val_loss_fresh']:.4f} fresh; phases {result['phases_s']}")  # fmt: skip
-        log("test2016, beam 4, with the 4-epoch weights")
+        bigs = [("multi30k-4", big)] + ([("multi30k-4-graphs", graphed(big))] if kind == "cuda" else [])
+        for name, cfg in bigs:
+            log(f"{name}: training, then replaying in a fresh process")
+            result = train_and_replay(cfg, name, work, device, root, tolerance)
+            report["promises"].append(result)
+            save(report)
+            log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.4f} "
+                f"logged, {result['val_loss_fresh']:.4f} fresh; phases {result['phases_s']}")  # fmt: skip
+        log("test2016, beam 4, with the 4-epoch weights, 128 sentences a batch and all in one")
         report["test2016"] = _evaluate(work / "multi30k-4", device, root, beam=4)
-        log(f"  {report['test2016']}")
+        report["test2016_one_batch"] = _evaluate(work / "multi30k-4", device, root, beam=4, batch_size=1000)
+        log(f"  {report['test2016']}\n  {report['test2016_one_batch']}")
     report["passed"] = all(p["passed"] for p in report["promises"])
     return report
 

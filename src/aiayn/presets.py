@@ -122,6 +122,9 @@ class TrainConfig:
         pad_rows: pad each batch's number of sentences up to a multiple of this, with rows that hold
             nothing to predict (``None``: none added). With ``pad_to``, an epoch of ``multi30k`` has a
             few dozen shapes instead of one per batch; the same loss and gradients.
+        cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
+            batch shape (``cuda_graphs.GraphedShapes``): far fewer kernel launches a step. CUDA and
+            one process only; needs ``pad_to`` and ``pad_rows`` (few shapes), not ``compile``.
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
             keeps torch's setting. Tiny models run faster on one thread, and far faster when other
             processes share the cores (two threads then wait on each other at every small operation).
@@ -158,6 +161,7 @@ class TrainConfig:
     pin_memory: bool = True
     pad_to: int | None = None
     pad_rows: int | None = None
+    cuda_graphs: bool = False
     cpu_threads: int | None = None
     # logging and checkpoints
     log_every: int = 1
@@ -205,6 +209,14 @@ class TrainConfig:
         if self.adam not in ADAM_IMPLEMENTATIONS:
             raise ValueError(
                 f"adam must be one of {', '.join(ADAM_IMPLEMENTATIONS)}, got {self.adam!r}"
+            )
+        if self.cuda_graphs and (
+            self.pad_to is None or self.pad_rows is None or self.compile
+        ):
+            raise ValueError(
+                "cuda_graphs: each batch shape is captured once and holds its own memory, so "
+                "set pad_to and pad_rows (e.g. 16 and 32) and leave compile off, got "
+                f"pad_to={self.pad_to}, pad_rows={self.pad_rows}, compile={self.compile}"
             )
         if not self.lr_factor > 0:
             raise ValueError(

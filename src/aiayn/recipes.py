@@ -36,6 +36,7 @@ import torch
 from . import distributed
 from .batches import EpochBatches, eval_batches
 from .checks import Record, resolve_device, sha256_file
+from .cuda_graphs import check_cuda_graphs
 from .data import Tokenizer, encode_pairs, load_multi30k, train_tokenizer
 from .layers import set_fast
 from .loss import LabelSmoothingLoss
@@ -312,6 +313,8 @@ def train(
     main = distributed.is_main()
     if not main:  # rank 0 alone speaks and shows progress
         say, progress = (lambda line: None), False
+    if cfg.cuda_graphs:
+        check_cuda_graphs(device, distributed.world_size())
     if cfg.compile and device.type == "cpu":
         say(
             "note: compiled training on a CPU is slower than eager (Inductor "
@@ -534,6 +537,7 @@ def _run(
             stop=stop,
             progress=progress,
             hook=both_hooks(run_log, hook) if main else None,
+            cuda_graphs=cfg.cuda_graphs,
         )
         interrupted = stop.is_set()
     if main:

@@ -82,7 +82,7 @@ _LEGACY_FILES = (CONFIG, TOKENIZER, CHECKPOINT, METRICS, SUMMARY, RESULTS)
 
 # Fields that may change when a run is resumed: how long to go on, how fast, how to decode.
 RESUMABLE_CHANGES = frozenset({
-    "epochs", "max_steps", "amp", "adam", "compile", "pin_memory", "cpu_threads", "log_every",
+    "epochs", "max_steps", "amp", "adam", "compile", "cuda_graphs", "pin_memory", "cpu_threads", "log_every",
     "checkpoint_every", "checkpoint_minutes", "beam", "length_penalty", "max_len_a",
     "max_len_b", "test_subset",
 })  # fmt: skip

@@ -57,10 +57,13 @@ def mean_loss(
 
 
 def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
+    # no cache of cast weights: a pass casts each weight once anyway, and
+    # CUDA graphs cannot be captured with it (cuda_graphs.GraphedShapes)
     return torch.autocast(
         device.type,
         dtype=amp_dtype or torch.bfloat16,
         enabled=amp_dtype is not None,
+        cache_enabled=False,
     )
 
 

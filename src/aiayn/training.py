@@ -22,6 +22,7 @@ from torch import nn
 from . import distributed
 from .batches import Batch
 from .checks import check_positive
+from .cuda_graphs import GraphedShapes, check_cuda_graphs
 from .history import FitState, History
 from .loop_pieces import (
     Checkpoints,
@@ -106,6 +107,7 @@ def fit(
     stop: threading.Event | None = None,
     progress: bool = True,
     hook: Callable[[FitState], None] | None = None,
+    cuda_graphs: bool = False,
 ) -> History:
     """Train ``model`` on ``batches`` for ``epochs`` epochs and return the ``History``.
 
@@ -162,6 +164,9 @@ def fit(
             way, saves a checkpoint and returns.
         progress: show a tqdm progress bar with loss, tokens/s and learning rate.
         hook: called with a frozen ``FitState`` after every step, epoch end, evaluation and save.
+        cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
+            batch shape (``cuda_graphs.GraphedShapes``; CUDA and one process only). Give it
+            batches of few shapes (``EpochBatches(pad_to=..., pad_rows=...)``).
 
     Returns:
         The ``History`` of the whole run (including steps before a resume).
@@ -191,8 +196,14 @@ def fit(
         position = Position.resume(
             resume_from, model, optimizer, scheduler, scaler
         )
+    module = distributed.wrap(
+        model
+    )  # under torchrun: DDP averages gradients
+    if cuda_graphs:
+        check_cuda_graphs(device, distributed.world_size())
+        module = GraphedShapes(model)
     step = TrainStep(
-        distributed.wrap(model),  # under torchrun: DDP averages gradients
+        module,
         optimizer, loss_fn, scheduler, clip_norm, amp_dtype, scaler,
     )  # fmt: skip
     bar = _progress_bar(
