@@ -142,3 +142,34 @@ def test_the_cuda_graphs_flag_pads_unless_the_config_does(tmp_path, root, capsys
     assert stopped.value.code == 2
     assert capsys.readouterr().err == "error: cuda_graphs: CUDA graphs need a CUDA device, got cpu\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_the_train_command_steps_through_graphed_shapes_and_saves_the_plain_model(tmp_path, root, cache, monkeypatch):
+    """With the device check lifted and the eager capture, ``train(cuda_graphs=True)`` logs the losses
+    of the same padded run without graphs, captures each shape once, and its run folder holds the
+    model's own weights (no wrapper in the names), which ``load_run`` reads."""
+    import json
+
+    from test_runs import TINY
+
+    import aiayn.recipes as recipes
+    import aiayn.training as training
+    from aiayn.recipes import train
+    from aiayn.translation import load_run
+
+    captures = EagerCapture()
+    monkeypatch.setattr(recipes, "check_cuda_graphs", lambda device, world: None)
+    monkeypatch.setattr(training, "check_cuda_graphs", lambda device, world: None)
+    monkeypatch.setattr(training, "GraphedShapes", lambda model: GraphedShapes(model, capture=captures))
+    losses, weights = {}, {}
+    for graphs in (False, True):
+        cfg = TINY.with_changes(epochs=2, pad_to=8, pad_rows=8, cuda_graphs=graphs)
+        out = tmp_path / f"run-{graphs}"
+        train(cfg, out, root=root, device="cpu", progress=False)
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        losses[graphs] = [r["loss"] for r in map(json.loads, lines) if r["event"] == "step"]
+        weights[graphs] = load_run(out, "cpu", average=False)[2].state_dict()
+    assert len(losses[True]) > 4 and losses[True] == losses[False]
+    assert weights[True].keys() == weights[False].keys()
+    assert all(torch.equal(weights[True][k], weights[False][k]) for k in weights[True])
+    assert 0 < len(captures.shapes) == len(set(captures.shapes)) < len(losses[True])
