@@ -7,9 +7,10 @@ records the kernels of a pass once and launches all of them again with one call.
 shapes and addresses, so ``GraphedShapes`` captures the model's forward and backward
 (``torch.cuda.make_graphed_callables``) the first time a batch shape comes, and for every later
 batch of that shape copies the batch into the graph's own input tensors and replays the pair.
-``TrainConfig.pad_to`` and ``pad_rows`` keep the shapes few (``batches.PaddedPairs``; 28 an epoch
-of ``multi30k`` with 8 and 32, against 108 unpadded), since the first batch of each shape costs
-three warm-up passes and the capture.
+The first batch of each shape costs three warm-up passes and the capture. An epoch's batch shapes
+come again every epoch (``data.make_batches`` redraws only ties in length), so each is captured
+once a run: 108 for ``multi30k`` as it is; ``TrainConfig.pad_to`` and ``pad_rows``
+(``batches.PaddedPairs``) make them 28 with 8 and 32, at 31 % more padded positions a step.
 
 All the graphs share one memory pool, so that memory does not grow with the shapes. That is safe
 here because a step uses everything its graphs write before the next step replays another: the
@@ -98,7 +99,7 @@ class GraphedShapes(nn.Module):
 def check_cuda_graphs(device: torch.device, world: int) -> None:
     """Refuse to capture where CUDA graphs cannot work, naming what they need.
 
-    ``TrainConfig`` checks the rest: ``pad_to`` and ``pad_rows`` set (few shapes), no ``compile``.
+    ``TrainConfig`` refuses the rest: ``cuda_graphs`` with ``compile``.
     """
     if device.type != "cuda":
         raise ValueError(

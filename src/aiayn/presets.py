@@ -124,7 +124,9 @@ class TrainConfig:
             few dozen shapes instead of one per batch; the same loss and gradients.
         cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
             batch shape (``cuda_graphs.GraphedShapes``): far fewer kernel launches a step. CUDA and
-            one process only; needs ``pad_to`` and ``pad_rows`` (few shapes), not ``compile``.
+            one process only, not with ``compile``. Each shape is captured the first time it comes
+            (an epoch's batch shapes come again every epoch): 108 captures for ``multi30k`` as it
+            is, 28 with ``pad_to`` 8 and ``pad_rows`` 32, at 31 % more padded positions.
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
             keeps torch's setting. Tiny models run faster on one thread, and far faster when other
             processes share the cores (two threads then wait on each other at every small operation).
@@ -210,13 +212,10 @@ class TrainConfig:
             raise ValueError(
                 f"adam must be one of {', '.join(ADAM_IMPLEMENTATIONS)}, got {self.adam!r}"
             )
-        if self.cuda_graphs and (
-            self.pad_to is None or self.pad_rows is None or self.compile
-        ):
+        if self.cuda_graphs and self.compile:
             raise ValueError(
-                "cuda_graphs: each batch shape is captured once and holds its own memory, so "
-                "set pad_to and pad_rows (e.g. 16 and 32) and leave compile off, got "
-                f"pad_to={self.pad_to}, pad_rows={self.pad_rows}, compile={self.compile}"
+                "cuda_graphs: not with compile (torch.compile's mode='reduce-overhead' "
+                "captures graphs of its own); turn one of them off"
             )
         if not self.lr_factor > 0:
             raise ValueError(

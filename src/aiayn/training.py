@@ -165,8 +165,8 @@ def fit(
         progress: show a tqdm progress bar with loss, tokens/s and learning rate.
         hook: called with a frozen ``FitState`` after every step, epoch end, evaluation and save.
         cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
-            batch shape (``cuda_graphs.GraphedShapes``; CUDA and one process only). Give it
-            batches of few shapes (``EpochBatches(pad_to=..., pad_rows=...)``).
+            batch shape (``cuda_graphs.GraphedShapes``; CUDA and one process only). Each new shape
+            is captured, so fewer shapes (``EpochBatches(pad_to=..., pad_rows=...)``) capture less.
 
     Returns:
         The ``History`` of the whole run (including steps before a resume).
