@@ -193,3 +193,17 @@ def test_the_train_command_trains_on_padded_shapes_with_the_same_losses(tmp_path
     for name in ("pad_to", "pad_rows"):
         with pytest.raises(ValueError, match=name):
             TINY.with_changes(**{name: 0})
+
+
+def test_every_epoch_has_the_same_batch_shapes():
+    """Only pairs of equal lengths are reordered from epoch to epoch, so each epoch's batches have the
+    same shapes, in another order: a CUDA graph captured for a shape in the first epoch serves every later one."""
+    from collections import Counter
+
+    batches = EpochBatches(random_pairs(n=400, seed=7), 200)
+
+    def shapes(epoch: int) -> Counter:
+        return Counter((*b.src.shape, b.tgt_out.size(1)) for b in batches(epoch))
+
+    assert shapes(0) == shapes(1) == shapes(2)
+    assert batches.indices(0) != batches.indices(1)  # other pairs, other order
