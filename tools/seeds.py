@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "sacrebleu_mean": statistics.fmean(bleu),
         "sacrebleu_stdev": statistics.stdev(bleu) if len(bleu) > 1 else None,
         "sacrebleu_min": min(bleu), "sacrebleu_max": max(bleu),
-        "train_wall_s": wall, "torch": __import__("torch").__version__,
+        "train_wall_s": wall, "torch": torch.__version__,
     }  # fmt: skip
     (out / "seeds.json").write_text(json.dumps(report, indent=1) + "\n")
     spread = "" if report["sacrebleu_stdev"] is None else f", sample stdev {report['sacrebleu_stdev']:.2f}"
