@@ -1,22 +1,30 @@
-"""How long will a training run take on a GPU? ``estimate_minutes`` answers from ops, FLOPs and the published run.
+"""How long will a training run take on a GPU? ``estimate_minutes`` answers from ops, FLOPs and measured runs.
 
 A step of these models is mostly the host's work: launching each ATen op costs about the same
 whatever the GPU, and the arithmetic is small. ``estimate_minutes(cfg, "Tesla T4", gpus=2)`` adds
 the host's time per op, the FLOPs at an achievable share of the data-sheet peak, the all-reduce
-between GPUs, the first epoch (every batch shape met for the first time) and the time between steps,
-and prints each term. It sits above ``presets`` and ``bench``: it reads a preset's sizes and counts a
-step's ops with the benchmark's tools.
+between GPUs, the first epoch (every batch shape met for the first time), the start-up and the time
+between steps, and prints each term. The times it starts from are measurements of the train
+command as it is now, read from the package's ``results`` folder: a step on an H100
+(``torchrun.h100.json``) and a whole 4-epoch run on an H200 (``gpu_check.h200.json``). It sits above
+``presets`` and ``bench``: it reads a preset's sizes and counts a step's ops with the benchmark's
+tools.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib.resources
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .bench import count_step_ops, synthetic_batches, training_flops
 from .checks import check_int
+from .layers import set_fast
 from .model import Transformer, TransformerConfig, count_parameters
 from .presets import PRESETS, TrainConfig
 
@@ -33,16 +41,22 @@ __all__ = [
 # there, and memory bandwidth (TB/s). Matched in this order against ``torch.cuda.get_device_name()``.
 GPU_SPECS: dict[str, tuple[str, float, float]] = {
     "H100": ("bf16", 989.0, 3.35),  # SXM
+    "H200": (
+        "bf16",
+        989.0,
+        4.8,
+    ),  # SXM: the H100's tensor cores, more memory
     "A100": ("bf16", 312.0, 2.04),  # 80 GB SXM
     "L4": ("bf16", 121.0, 0.30),
     "T4": ("fp16", 65.0, 0.32),  # no native bfloat16
 }
 
 # Data-sheet GPU-to-GPU bandwidth, GB/s in each direction (half the sheets' two-way figure): NVLink 4
-# (H100 SXM, 900 GB/s), NVLink 3 (A100 SXM, 600 GB/s), PCIe 4.0 x16 (L4, 64 GB/s), PCIe 3.0 x16
-# (T4, 32 GB/s). A best case: two T4s on Kaggle may exchange through the host, more slowly.
+# (H100 and H200 SXM, 900 GB/s), NVLink 3 (A100 SXM, 600 GB/s), PCIe 4.0 x16 (L4, 64 GB/s), PCIe
+# 3.0 x16 (T4, 32 GB/s). A best case: two T4s on Kaggle may exchange through the host, more slowly.
 INTERCONNECT_GBPS: dict[str, tuple[float, str]] = {
     "H100": (450.0, "NVLink 4"),
+    "H200": (450.0, "NVLink 4"),
     "A100": (300.0, "NVLink 3"),
     "L4": (32.0, "PCIe 4.0 x16"),
     "T4": (16.0, "PCIe 3.0 x16"),
@@ -56,25 +70,57 @@ INTERCONNECT_GBPS: dict[str, tuple[float, str]] = {
 # too small to fill its 132 multiprocessors (a T4 has 40).
 ACHIEVABLE_FRACTION = 196.0 / 989.0
 
-# The published run of the multi30k preset (../shared/runs/multi30k-h100): one H100 SXM, bfloat16
-# autocast, torch 2.11. From summary.json: 4,680 steps (40 epochs of 117) in 268.1 s of training
-# steps and 388.3 s wall. From metrics.jsonl: the first epoch's steps took 65.2 s (every one about
-# 0.5 s: shapes met for the first time), the other 4,563 steps 202.9 s (44.5 ms a step); 443,053
-# target tokens an epoch. Source tokens (457,475 an epoch, <eos> included) counted with the run's
-# tokenizer.model on the 29,000 training pairs.
-_REFERENCE = dict(
-    device="H100", epochs=40, steps=4680, train_s=268.1, wall_s=388.3, max_tokens=8192,
-    first_epoch_s=65.2, steady_steps=4563, steady_s=202.9, pairs=29_000,
+# An epoch of Multi30k as the published run (../shared/runs/multi30k-h100) made it: 117 batches of
+# at most 8,192 tokens a batch, 443,053 target tokens (from its summary.json and metrics.jsonl; 40
+# epochs, 4,680 steps), 457,475 source tokens (<eos> included, counted with its tokenizer.model on
+# the 29,000 training pairs). Sizes of the data, not times: those come from _measured().
+_EPOCH = dict(
+    epochs=40, steps=4680, max_tokens=8192, pairs=29_000,
     src_tokens=457_475, tgt_tokens=443_053,
 )  # fmt: skip
 
-# ATen ops of one training step as CUDA dispatches them: bench.count_step_ops on the H100 (torch 2.11,
-# this model code, fused Adam). The CPU dispatches more for the same step (dropout as four ops,
-# attention on the math path: 2,699 for multi30k in bfloat16), so these are counted on the GPU.
-_CUDA_OPS_PER_STEP = {
-    ("multi30k", "bf16"): 2145,
-    ("multi30k-t4", "fp16"): 2157,
-}
+# The preset whose step the H100 timed and counted (bfloat16, the train command's set_fast path).
+_TIMED = "multi30k"
+
+
+def _results(name: str) -> dict[str, Any]:
+    folder = importlib.resources.files("aiayn") / "results"
+    return json.loads((folder / name).read_text())
+
+
+def _row(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(row for row in rows if row["name"] == name)
+
+
+@functools.lru_cache(maxsize=1)
+def _measured() -> dict[str, Any]:
+    """The times the estimate starts from, read from the measured results the package ships.
+
+    - A step (``torchrun.h100.json``, one H100 SXM, torch 2.11): ``python -m aiayn.bench --device
+      cuda``'s ``ours (set_fast)``, the path the train command trains on, on Multi30k batches of
+      8,192 tokens in bfloat16 with fused Adam. With cuDNN's attention off, as the train command
+      runs (``recipes._attention_kernels``): the median step and the first step of each of the 50
+      batch shapes; the ops a step, counted by the same command.
+    - A whole run (``gpu_check.h200.json``, one H200, torch 2.11): ``tools/gpu_check.py``'s 4
+      epochs of ``multi30k`` by the train command, timed by phase: the start-up before the first
+      step; and between steps the host's batches, validation and checkpoint writes.
+    """
+    h100 = _results("torchrun.h100.json")
+    step = _row(h100["cudnn_attention"]["off"], "ours (set_fast)")
+    ops = _row(h100["bench"]["rows"], "ours (set_fast)")["ops_per_step"]
+    h200 = _results("gpu_check.h200.json")
+    run = next(r for r in h200["promises"] if r["run"] == "multi30k-4")
+    phases = run["phases_s"]
+    between = (
+        phases["batches"] + phases["validation"] + phases["checkpoints"]
+    )
+    return dict(
+        step_device=h100["device_name"], step_ms=step["step_ms"],
+        first_shape_ms=step["first_shape_ms"], ops=ops,
+        run_device=h200["device_name"], run_epochs=run["epochs"],
+        run_wall_s=run["wall_s"], run_steps_s=phases["steps"],
+        start_up_s=phases["start_up"], between_s=between / run["epochs"],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -82,7 +128,7 @@ class TimeEstimate:
     """``estimate_minutes``'s answer: the terms of the time model, each in minutes, and their arithmetic.
 
     ``minutes`` = ``host_min`` + ``arithmetic_min`` + ``allreduce_min`` (the steps) +
-    ``first_epoch_min`` + ``between_min``. An estimate, not a measurement.
+    ``first_epoch_min`` + ``start_min`` + ``between_min``. An estimate, not a measurement.
     """
 
     device: str
@@ -97,6 +143,7 @@ class TimeEstimate:
     arithmetic_min: float
     allreduce_min: float
     first_epoch_min: float
+    start_min: float
     between_min: float
     lines: tuple[str, ...]
 
@@ -107,6 +154,7 @@ class TimeEstimate:
             + self.arithmetic_min
             + self.allreduce_min
             + self.first_epoch_min
+            + self.start_min
             + self.between_min
         )
 
@@ -123,25 +171,57 @@ def _spec(device_name: str) -> tuple[str, tuple[str, float, float]]:
     )
 
 
+_WIDTHS = (
+    "src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "h", "max_len",
+    "d_k", "d_v",
+)  # fmt: skip
+
+
+def _same_path(model: TransformerConfig) -> bool:
+    """Whether ``model`` steps through the same ops as the timed preset's: it differs in widths only."""
+    timed = PRESETS[_TIMED].model
+    widths = {name: getattr(timed, name) for name in _WIDTHS}
+    dropout = timed.dropout if model.dropout > 0 else 0.0
+    return dataclasses.replace(model, **widths, dropout=dropout) == timed
+
+
 @functools.lru_cache(maxsize=16)
-def _count_ops(model: TransformerConfig, amp: str | None) -> int:
-    """``bench.count_step_ops`` of the model on the CPU, on a batch of 8 pairs of 16 tokens."""
+def _cpu_ops(model: TransformerConfig, amp: str | None) -> int:
+    """``bench.count_step_ops`` on the CPU, on the train command's path, a batch of 8 pairs of 16."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp or "")
     torch.manual_seed(0)
     batch = synthetic_batches(1, 8 * 34, 16, model.tgt_vocab_size)[0]
-    count = count_step_ops(Transformer(model), batch, dtype, fused_adam=True)
+    network = Transformer(model)
+    if model.fused_attention:  # as the train command trains it
+        set_fast(network)
+    count = count_step_ops(network, batch, dtype, fused_adam=True)
     return count["total"]
 
 
 def _ops_per_step(
     model: TransformerConfig, amp: str | None
 ) -> tuple[int, str]:
-    """ATen ops of one training step and where the figure comes from."""
-    for (name, counted), n in _CUDA_OPS_PER_STEP.items():
-        if PRESETS[name].model == model and amp == counted:
-            return n, f"count_step_ops of {name} on the H100"
-    n = _count_ops(model, amp)
-    return n, "count_step_ops on the CPU: more than CUDA dispatches"
+    """ATen ops of one training step on CUDA and where the figure comes from.
+
+    The count depends on the code path, not on the widths or the batch. For a model that differs
+    from the timed preset in widths only: the H100's count, plus the ops the CPU counts more for
+    its ``amp`` than for bfloat16 (float16's gradient scaler: 12). Others are counted on the CPU,
+    which dispatches more for the same step (dropout as four ops, attention on the math path).
+    """
+    cuda = _measured()["ops"]
+    if not _same_path(model):
+        return _cpu_ops(
+            model, amp
+        ), "count_step_ops on the CPU: more than CUDA"
+    extra = _cpu_ops(model, amp) - _cpu_ops(PRESETS[_TIMED].model, "bf16")
+    source = f"the H100's count for {_TIMED} (bf16)"
+    if extra:
+        source += f", {extra:+d} for {amp or 'fp32'} (CPU)"
+    return cuda + extra, source
+
+
+def _time(minutes: float) -> str:
+    return f"{minutes:.1f} min" if minutes >= 1 else f"{60 * minutes:.1f} s"
 
 
 def estimate_minutes(
@@ -158,16 +238,18 @@ def estimate_minutes(
 
         time = ops a step × per-op cost + FLOPs a step ÷ achievable FLOP/s (+ an all-reduce)
 
-    and in all: steps × that + the first epoch's warm-up + the time between steps. Where each figure
-    comes from:
+    and in all: steps × that + the first epoch's extra + the start-up + the time between steps.
+    Where each figure comes from (``_measured`` reads the measured ones from ``results``):
 
-    - **ops a step**: ``bench.count_step_ops``, as CUDA dispatches them (``_CUDA_OPS_PER_STEP``,
-      counted on the H100 for the presets: 2,145 for ``multi30k``); other models are counted on the
-      CPU, which dispatches more ops for the same step (the line says so).
-    - **per-op cost**: from the published H100 run: (its steady step, 44.5 ms, − its FLOPs a step ÷
-      the H100's achievable FLOP/s) ÷ its ops a step, about 19 µs. That is the cost on the H100
-      machine's host CPU; Colab's and Kaggle's hosts are likely slower, so on a T4 the step is
-      likely longer. Pass ``per_op_us`` if you measured your own.
+    - **ops a step**: ``bench.count_step_ops`` on the train command's path (``set_fast``), as CUDA
+      dispatches it: 1,326 for ``multi30k`` in bfloat16, counted on the H100; a model that differs
+      in widths only adds what the CPU counts more for its dtype; other models are counted on the
+      CPU, which dispatches more for the same step (the line says so).
+    - **per-op cost**: the H100's step of the train command's path (``python -m aiayn.bench``, 26.9
+      ms with cuDNN's attention off, as the train command runs) less its FLOPs at the achievable
+      rate, ÷ its ops: about 18 µs. That is the cost on the H100 machine's host CPU; Colab's and
+      Kaggle's hosts are likely slower, so on a T4 the step is likely longer. Pass ``per_op_us`` if
+      you measured your own.
     - **FLOPs a step**: ``bench.training_flops`` of an epoch of Multi30k (29,000 pairs of 15.8 source
       and 15.3 target tokens on average, the run's 8k BPE) ÷ steps an epoch.
     - **achievable FLOP/s**: the data sheet's peak (``GPU_SPECS``) × ``ACHIEVABLE_FRACTION``, 0.198,
@@ -179,25 +261,27 @@ def estimate_minutes(
       an **all-reduce** of the float32 gradients a step: a ring moves 2 (N − 1) / N × their bytes
       through each GPU's link (``INTERCONNECT_GBPS``, data sheet), added as if it did not overlap
       the backward pass.
-    - **first epoch**: in the H100 run every step of the first epoch took 0.51 s more than a steady
-      one (65.2 s for 117 steps; its batches' shapes were new), counted here per step of a GPU's
-      first epoch.
-    - **between steps**: validation, checkpoints and data preparation, 120.2 s over 40 epochs in the
-      H100 run (3.0 s an epoch), per epoch.
+    - **first epoch**: the first step of each batch shape took 3.3 ms more than a steady one on the
+      H100 (the bench's 50 shapes), counted for each step of a GPU's first epoch.
+    - **start-up** and **between steps**: the H200's 4-epoch run of ``multi30k`` by the train
+      command (``tools/gpu_check.py``): 1.2 s before its first step; the host's batches, validation
+      and checkpoint writes, 0.45 s an epoch. Host and disk work, taken as the same on other GPUs.
 
-    The H100 ran in bfloat16 and no float16 run was measured.
+    Not in it: ``--cuda-graphs`` (never timed on a GPU), and runs sharing a GPU. The published H100
+    run (388 s wall) trained before the train command's fast paths: 2,145 ops a step, cuDNN's
+    attention (0.5 s for each first shape), and 3.0 s an epoch between steps. The H100 ran in
+    bfloat16 and no float16 run was measured.
 
     Args:
         cfg: the run's config (``epochs``, ``max_steps``, ``max_tokens``, ``train_subset``, ``amp``
             and the model are used).
         device_name: a GPU name containing a key of ``GPU_SPECS`` (``torch.cuda.get_device_name()``).
         gpus: processes of ``torchrun``, one per GPU.
-        per_op_us: the host's cost per op in µs, if measured (default: the H100 run's).
+        per_op_us: the host's cost per op in µs, if measured (default: the H100's).
     """
     check_int("gpus", gpus, minimum=1)
     if per_op_us is not None and not per_op_us > 0:
         raise ValueError(f"per_op_us must be positive, got {per_op_us!r}")
-    ref = _REFERENCE
     key, (dtype, peak, _) = _spec(device_name)
     amp = dtype if cfg.amp == "auto" else cfg.amp
     if amp != dtype:
@@ -205,26 +289,25 @@ def estimate_minutes(
             f"GPU_SPECS holds the {key}'s {dtype} peak, but cfg.amp={cfg.amp!r} trains in "
             f"{amp or 'float32'}: estimate with amp='auto' or {dtype!r}"
         )
-    published = PRESETS["multi30k"].model
-    ref_epochs, ref_steps = ref["epochs"], ref["steps"]
-    ref_per_epoch = ref_steps / ref_epochs  # 117
+    m, ref = _measured(), _EPOCH
+    ref_per_epoch = ref["steps"] / ref["epochs"]  # 117
 
     def tflop_per_epoch(model: TransformerConfig) -> float:
         s = ref["src_tokens"] / ref["pairs"]  # mean lengths, <eos> included
         t = ref["tgt_tokens"] / ref["pairs"]
         return ref["pairs"] * training_flops(model, [s], [t]) / 1e12
 
-    # the per-op cost of the H100 run's host
-    _, (_, ref_peak, _) = _spec(ref["device"])
-    ref_achievable = ref_peak * ACHIEVABLE_FRACTION  # TFLOP/s
-    ref_step_s = ref["steady_s"] / ref["steady_steps"]  # 44.5 ms
-    ref_tflop = tflop_per_epoch(published) / ref_per_epoch
-    ref_ops, _ = _ops_per_step(published, "bf16")
-    host_us = 1e6 * (ref_step_s - ref_tflop / ref_achievable) / ref_ops
-    first_s = (
-        ref["first_epoch_s"] - ref_per_epoch * ref_step_s
-    ) / ref_per_epoch
-    between_s = (ref["wall_s"] - ref["train_s"]) / ref_epochs  # 3.0 s
+    # the per-op cost of the H100's host: its step less its arithmetic
+    step_key, (_, step_peak, _) = _spec(m["step_device"])
+    timed_ms = (
+        1e3
+        * tflop_per_epoch(PRESETS[_TIMED].model)
+        / ref_per_epoch
+        / (step_peak * ACHIEVABLE_FRACTION)
+    )
+    host_us = 1e3 * (m["step_ms"] - timed_ms) / m["ops"]
+    first_s = (m["first_shape_ms"] - m["step_ms"]) / 1e3
+    run_key, _ = _spec(m["run_device"])
     per_op = host_us if per_op_us is None else per_op_us
 
     # this run
@@ -255,8 +338,10 @@ def estimate_minutes(
     arith_min = steps * arith_ms / 60e3
     allreduce_min = steps * allreduce_ms / 60e3
     first_min = first_steps * first_s / 60
-    between_min = epochs * between_s / 60
-    total = host_min + arith_min + allreduce_min + first_min + between_min
+    start_min = m["start_up_s"] / 60
+    between_min = epochs * m["between_s"] / 60
+    steps_min = host_min + arith_min + allreduce_min
+    total = steps_min + first_min + start_min + between_min
     where = f"{gpus} x {key}" if gpus > 1 else key
 
     def row(label: str, arithmetic: str, value: str) -> str:
@@ -266,8 +351,8 @@ def estimate_minutes(
         ["    us an op: as you measured"]
         if per_op_us is not None
         else [
-            f"    us an op: the H100 run's host, ({1e3 * ref_step_s:.1f} ms a steady step",
-            f"    - {1e3 * ref_tflop / ref_achievable:.1f} ms of FLOPs) / {ref_ops:,} ops; "
+            f"    us an op: the {step_key}'s host, ({m['step_ms']:.1f} ms a step",
+            f"    - {timed_ms:.1f} ms of FLOPs) / {m['ops']:,} ops; "
             "a slower host costs more",
         ]
     )
@@ -286,12 +371,14 @@ def estimate_minutes(
                          f"{allreduce_ms:.1f} ms"))  # fmt: skip
     lines += [
         row("a step", "", f"{step_ms:.1f} ms"),
-        row("all steps", f"{steps:,.0f} x {step_ms:.1f} ms", f"{host_min + arith_min + allreduce_min:.1f} min"),
-        row("first epoch", f"{first_steps:.0f} steps x {first_s:.2f} s more (H100)", f"{first_min:.1f} min"),
-        row("between", f"{epochs:g} epochs x {between_s:.1f} s (H100)", f"{between_min:.1f} min"),
-        row("estimate", "", f"{total:.1f} min"),
+        row("all steps", f"{steps:,.0f} x {step_ms:.1f} ms", _time(steps_min)),
+        row("first epoch", f"{first_steps:.0f} steps x {1e3 * first_s:.1f} ms more ({step_key})",
+            _time(first_min)),
+        row("start-up", f"once ({run_key})", _time(start_min)),
+        row("between", f"{epochs:g} epochs x {m['between_s']:.2f} s ({run_key})", _time(between_min)),
+        row("estimate", "", _time(total)),
     ]  # fmt: skip
     return TimeEstimate(
-        key, gpus, steps, ops, per_op, tflop, achievable, allreduce_ms,
-        host_min, arith_min, allreduce_min, first_min, between_min, tuple(lines),
+        key, gpus, steps, ops, per_op, tflop, achievable, allreduce_ms, host_min,
+        arith_min, allreduce_min, first_min, start_min, between_min, tuple(lines),
     )  # fmt: skip

@@ -34,9 +34,9 @@ the updates per epoch), warmup 1,000 and factor 0.5 (a peak rate of 1e-3), 25 ep
 averaged. Not yet run on a T4: its time there is an estimate. Trained to its end on an H200 (bfloat16,
 where a T4 runs float16) it reached sacreBLEU 40.24 in 294 s (``results/presets.h200.json``).
 ``estimate.estimate_minutes(cfg, "Tesla T4")`` gives the estimate with its arithmetic (see its docstring):
-for this preset about 8 minutes on one T4 and 5 on Kaggle's two (``gpus=2``), if the host launches
-ops as fast as the H100 machine's did. A step is mostly host time (2,157 ATen ops at about 19 µs
-each, 42 ms, against 7 ms of arithmetic), so a slower host makes it longer in proportion.
+for this preset about 3 minutes on one T4 and 2 on Kaggle's two (``gpus=2``), if the host launches
+ops as fast as the H100 machine's did. A step is mostly host time (1,338 ATen ops at about 18 µs
+each, 24 ms, against 7 ms of arithmetic), so a slower host makes it longer in proportion.
 
 ``multi30k-smoke`` runs the whole pipeline on two CPU cores in well under a minute: 2,000 training
 pairs, a 1,000-piece vocabulary, a two-layer model of width 64 without dropout (far too short a run to
