@@ -55,3 +55,21 @@ def test_bad_arguments_end_in_one_line(args, message, tmp_path):
 def test_a_folder_as_out_is_refused(tmp_path):
     done = run_tool("--device", "cpu", "--out", str(tmp_path))
     assert done.returncode == 2 and f"error: --out {tmp_path} is a folder" in done.stderr
+
+
+def test_a_timed_run_carries_the_estimate_of_its_gpu():
+    """Beside a timed run the check writes what estimate_minutes foretold on that GPU; none on a CPU."""
+    import importlib.util
+    from dataclasses import replace
+
+    from aiayn.estimate import estimate_minutes
+    from aiayn.presets import get_preset
+
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    four = replace(get_preset("multi30k"), epochs=4, average_last=1)  # the check's 4-epoch run
+    seconds = tool._estimate_s(four, "NVIDIA H100 80GB HBM3")
+    assert seconds == pytest.approx(60 * estimate_minutes(four, "H100").minutes)
+    assert seconds < tool._estimate_s(replace(four, epochs=8), "NVIDIA H100 80GB HBM3")
+    assert tool._estimate_s(four, "AMD EPYC 7B13 64-Core Processor") is None

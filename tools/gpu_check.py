@@ -17,6 +17,7 @@ On CUDA the promises also cover a smoke run whose passes are replayed as CUDA gr
 validation, checkpoint writes), the whole smoke preset and 4 epochs of ``multi30k`` (checked by
 the same promises; on CUDA also with CUDA graphs, padded and unpadded), and decodes test2016 with beam 4
 (time, BLEU) with the 4-epoch weights, in batches of 128 sentences and in one batch of all of them.
+Beside each timed run without graphs it writes what ``estimate_minutes`` foretold (``estimate_s``).
 
 Writes a JSON to ``--out``; exits 1 when a promise fails, 2 on a bad argument.
 """
@@ -40,6 +41,7 @@ sys.path.insert(0, str(REPO / "src"))
 from aiayn import recipes  # noqa: E402
 from aiayn.batches import eval_batches  # noqa: E402
 from aiayn.data import load_multi30k  # noqa: E402
+from aiayn.estimate import estimate_minutes  # noqa: E402
 from aiayn.layers import set_fast  # noqa: E402
 from aiayn.presets import get_preset  # noqa: E402
 from aiayn.runs import TOKENIZER  # noqa: E402
@@ -167,6 +169,14 @@ def graphed(cfg):
     return replace(cfg, cuda_graphs=True, pad_to=GRAPHED_PAD_TO, pad_rows=GRAPHED_PAD_ROWS)
 
 
+def _estimate_s(cfg, device_name: str) -> float | None:
+    """``estimate_minutes`` of the run in seconds; ``None`` on a device without data-sheet figures."""
+    try:
+        return 60 * estimate_minutes(cfg, device_name).minutes
+    except ValueError:  # a CPU, or a GPU not in GPU_SPECS
+        return None
+
+
 def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> dict:
     kind = torch.device(device).type
     tolerance = 1e-6 if kind == "cpu" else 2e-3  # GPU: kernels may add in another order
@@ -198,6 +208,8 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
         for name, cfg in bigs:
             log(f"{name}: training, then replaying in a fresh process")
             result = train_and_replay(cfg, name, work, device, root, tolerance)
+            if not cfg.cuda_graphs:  # what estimate_minutes foretold, beside what was measured
+                result["estimate_s"] = _estimate_s(cfg, report["device_name"])
             report["promises"].append(result)
             save(report)
             log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.4f} "
