@@ -7,7 +7,14 @@ CPU with native bfloat16), ``--no-prune`` (the old loop, every row computed unti
 last sentence ends), ``--no-onednn`` (PyTorch's own MKL products instead of oneDNN's). It
 prints the sentences per second of the translation alone.
 ``--compare`` translates with float32 and with the option in one process and prints sacreBLEU
-for both and the share of identical outputs.
+for both and the share of identical outputs. ``--batch-size N`` decodes N sentences a batch (default
+128, as ``translate``); ``--count-ops`` also counts the ATen ops each translation dispatches, a
+hardware-free measure of what a GPU launches (about one kernel an op), the host's reads of a tensor
+value (each one waits for a GPU) and the beam steps (one ``topk`` each). Counted on the CPU, which
+also reads back a few values a GPU run never checks (a mask's empty rows); counting slows the
+translation, so its time is then no speed figure::
+
+    .venv/bin/python tools/measure_decoding.py --all --batch-size 1000 --no-onednn --compare --count-ops
 
 Run from the repository root (the data and the published run are read, never written)::
 
@@ -32,16 +39,20 @@ attention and the cache's free slot), all 1,000 test sentences, one thread, in t
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 import torch
 
+from aiayn.bench.op_counts import CountOps
 from aiayn.data import load_multi30k
 from aiayn.published import load_published
 from aiayn.translation import translate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 AMP = {"bf16": torch.bfloat16}
+# the ops that read a tensor's value back to the host: on a GPU each waits for it
+HOST_READS = ("aten._local_scalar_dense", "aten.nonzero")
 
 
 def sacrebleu(hypotheses: list[str], references: list[str]) -> float:
@@ -74,6 +85,14 @@ def main() -> None:
         default=True,
         help="oneDNN's float32 products (--no-onednn: PyTorch's own, MKL)",
     )
+    parser.add_argument(
+        "--batch-size", type=int, default=128, help="sentences a batch"
+    )
+    parser.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="count the ATen ops, host reads and beam steps of each",
+    )
     parser.add_argument("--quantize", choices=["int8"], default=None)
     parser.add_argument("--amp", choices=sorted(AMP), default=None)
     parser.add_argument(
@@ -98,19 +117,31 @@ def main() -> None:
         quantize=args.quantize,
         amp_dtype=AMP.get(args.amp),
     )
+    option["batch_size"] = args.batch_size
     if not args.onednn:  # only then: a tree from before the option runs too
         option["onednn"] = False
     settings = {"option": option}
-    if args.compare:
+    if args.compare:  # the defaults, but with the option's products
         settings["float32"] = dict(beam=args.beam)
+        if not args.onednn:
+            settings["float32"]["onednn"] = False
     outputs = {}
     for name, kwargs in settings.items():
         print(
-            f"{args.split}, {args.threads} thread(s), prune={kwargs.get('prune', True)}:"
+            f"{args.split}, {args.threads} thread(s), prune={kwargs.get('prune', True)}, "
+            f"{kwargs.get('batch_size', 128)} sentences a batch:"
         )
-        outputs[name] = translate(
-            model, tokenizer, sentences, **kwargs, log=print
-        )
+        counting = CountOps() if args.count_ops else contextlib.nullcontext()
+        with counting:
+            outputs[name] = translate(
+                model, tokenizer, sentences, **kwargs, log=print
+            )
+        if args.count_ops:
+            reads = sum(counting.ops[op] for op in HOST_READS)
+            print(
+                f"  {counting.total:,} ATen ops, {reads:,} host reads, "
+                f"{counting.ops['aten.topk']:,} beam steps"
+            )
     if args.compare:
         for name, lines in outputs.items():
             print(f"sacreBLEU {name}: {sacrebleu(lines, references):.2f}")
