@@ -47,6 +47,7 @@ from aiayn.presets import get_preset  # noqa: E402
 from aiayn.runs import TOKENIZER  # noqa: E402
 from aiayn.step import amp_dtype_for, mean_loss  # noqa: E402
 from aiayn.tokenizer import Tokenizer  # noqa: E402
+from aiayn.train import with_cuda_graphs  # noqa: E402
 from aiayn.translation import load_run, translate  # noqa: E402
 
 SENTENCES = 64  # validation sentences translated at each evaluation
@@ -162,13 +163,6 @@ def _evaluate(run: Path, device: str, root: str | None, beam: int, batch_size: i
     }  # fmt: skip
 
 
-def graphed(cfg):
-    """``cfg`` with its passes replayed as CUDA graphs, padded as ``train --cuda-graphs`` pads."""
-    from aiayn.train import GRAPHED_PAD_ROWS, GRAPHED_PAD_TO
-
-    return replace(cfg, cuda_graphs=True, pad_to=GRAPHED_PAD_TO, pad_rows=GRAPHED_PAD_ROWS)
-
-
 def _estimate_s(cfg, device_name: str) -> float | None:
     """``estimate_minutes`` of the run in seconds; ``None`` on a device without data-sheet figures."""
     try:
@@ -190,7 +184,7 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
     }
     runs = [(f"smoke-{adam}-{amp or 'fp32'}", replace(smoke, adam=adam, amp=amp)) for adam, amp in MODES[kind]]
     if kind == "cuda":
-        runs.append(("smoke-graphs", graphed(smoke)))
+        runs.append(("smoke-graphs", with_cuda_graphs(smoke)))
     for name, cfg in runs:
         log(f"{name}: training, then replaying in a fresh process")
         result = train_and_replay(cfg, name, work, device, root, tolerance)
@@ -203,7 +197,7 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
         big = replace(get_preset("multi30k"), epochs=4, average_last=1)
         bigs = [("multi30k-4", big)]
         if kind == "cuda":  # padded as the flag pads (28 shapes), and as it is (108 shapes)
-            bigs += [("multi30k-4-graphs", graphed(big)),
+            bigs += [("multi30k-4-graphs", with_cuda_graphs(big)),
                      ("multi30k-4-graphs-unpadded", replace(big, cuda_graphs=True))]  # fmt: skip
         for name, cfg in bigs:
             log(f"{name}: training, then replaying in a fresh process")

@@ -14,7 +14,7 @@ value (each one waits for a GPU) and the beam steps (one ``topk`` each). Counted
 also reads back a few values a GPU run never checks (a mask's empty rows); counting slows the
 translation, so its time is then no speed figure::
 
-    .venv/bin/python tools/measure_decoding.py --all --batch-size 1000 --no-onednn --compare --count-ops
+    .venv/bin/python tools/measure_decoding.py --all --batch-size 1000 --compare --count-ops
 
 Run from the repository root (the data and the published run are read, never written)::
 
@@ -121,10 +121,8 @@ def main() -> None:
     if not args.onednn:  # only then: a tree from before the option runs too
         option["onednn"] = False
     settings = {"option": option}
-    if args.compare:  # the defaults, but with the option's products
+    if args.compare:
         settings["float32"] = dict(beam=args.beam)
-        if not args.onednn:
-            settings["float32"]["onednn"] = False
     outputs = {}
     for name, kwargs in settings.items():
         print(

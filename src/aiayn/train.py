@@ -51,11 +51,20 @@ from .data import data_dir
 from .presets import PRESETS, TrainConfig, get_preset
 from .recipes import RunSummary, TrainingInterrupted, train
 
-__all__ = ["main"]
+__all__ = ["main", "with_cuda_graphs"]
 
 # --cuda-graphs' padding: an epoch of the multi30k preset has 28 batch shapes (108 unpadded), at
 # 31 % more padded positions (16 and 32: 22 shapes, +49 %; 4 and 32: 48, +18 %)
 GRAPHED_PAD_TO, GRAPHED_PAD_ROWS = 8, 32
+
+
+def with_cuda_graphs(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` as ``--cuda-graphs`` trains it: graphs on, padded unless it sets its own padding."""
+    return cfg.with_changes(
+        cuda_graphs=True,
+        pad_to=cfg.pad_to or GRAPHED_PAD_TO,
+        pad_rows=cfg.pad_rows or GRAPHED_PAD_ROWS,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,11 +164,8 @@ def _config(args: argparse.Namespace) -> TrainConfig:
                 f"--config {path} cannot be read as JSON ({err})"
             ) from None
         cfg = TrainConfig.from_dict(values)
-    if args.cuda_graphs:
-        overrides["cuda_graphs"] = True
-        overrides["pad_to"] = cfg.pad_to or GRAPHED_PAD_TO
-        overrides["pad_rows"] = cfg.pad_rows or GRAPHED_PAD_ROWS
-    return cfg.with_changes(**overrides)
+    cfg = cfg.with_changes(**overrides)
+    return with_cuda_graphs(cfg) if args.cuda_graphs else cfg
 
 
 def _train(args: argparse.Namespace) -> RunSummary:

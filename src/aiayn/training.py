@@ -196,12 +196,11 @@ def fit(
         position = Position.resume(
             resume_from, model, optimizer, scheduler, scaler
         )
-    module = distributed.wrap(
-        model
-    )  # under torchrun: DDP averages gradients
     if cuda_graphs:
         check_cuda_graphs(device, distributed.world_size())
         module = GraphedShapes(model)
+    else:  # under torchrun: DDP averages gradients
+        module = distributed.wrap(model)
     step = TrainStep(
         module,
         optimizer, loss_fn, scheduler, clip_norm, amp_dtype, scaler,
