@@ -244,7 +244,7 @@ def test_a_full_disk_leaves_no_temporary_file_and_the_error_names_the_file(tmp_p
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory, root, cache) -> tuple[Path, list[str]]:
-    """A training that filled the disk at its first checkpoint (its epoch weights fitted), and its command."""
+    """A training whose disk had no room for its first checkpoint (after its first step), and its command."""
     folder = tmp_path_factory.mktemp("full")
     config = folder / "tiny.json"
     config.write_text(json.dumps(TINY.with_changes(epochs=1).to_dict()))
@@ -253,11 +253,13 @@ def filled(tmp_path_factory, root, cache) -> tuple[Path, list[str]]:
     done = full_disk(1_000_000, argv, cache)  # epoch-001.pt: 0.8 MB, checkpoint.pt: 2.4 MB
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
-        f"error: OSError: [Errno 27] File too large: '{folder / 'run/checkpoint.pt'}' "
-        "(rerun with --debug for the traceback)\n"
+        f"error: {folder / 'run/checkpoint.pt'}: no room to write it (File too large); free some space, then run "
+        "the same command again: the run had no checkpoint yet, so it starts again\n"
     )
     assert not [p.name for p in (folder / "run").iterdir() if p.name.endswith(".tmp")]
-    assert (folder / "run/epoch-001.pt").is_file() and not (folder / "run/checkpoint.pt").exists()
+    assert not (folder / "run/checkpoint.pt").exists()
+    steps = [json.loads(line)["step"] for line in (folder / "run/metrics.jsonl").read_text().splitlines()]
+    assert steps == [1]  # it stopped at once: one step is all it loses
     return folder / "run", [sys.executable, "-m", *argv]
 
 
@@ -271,11 +273,15 @@ def test_after_a_full_disk_no_resume_overwrite_starts_the_run_again(filled, tmp_
     assert (copy / "checkpoint.pt").is_file() and (copy / "summary.json").is_file()
 
 
-def test_after_a_full_disk_the_same_command_says_how_to_start_again(filled, cache):
+def test_after_a_full_disk_before_the_first_checkpoint_the_same_command_starts_again(filled, tmp_path, cache):
     run, command = filled
+    copy = copy_run(run, tmp_path / "run")
+    command = [copy if a == str(run) else a for a in command]
     done = subprocess.run(command, env=env(cache), capture_output=True, text=True, timeout=300)
-    one_error(done, f"--out {run} holds the files of an earlier command (epoch-001.pt) but no checkpoint.pt",
-              "--no-resume --overwrite")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = f"{copy} stopped before its first checkpoint (saved after the first step), so it starts again"
+    assert done.stdout.startswith(said), done.stdout
+    assert (copy / "checkpoint.pt").is_file() and (copy / "summary.json").is_file()
 
 
 # --- B. Messages that name the file and say what to do ------------------------------------------------

@@ -13,9 +13,11 @@ import pytest
 import torch
 import torch.distributed as dist
 from test_runs import (
+    AT_PHASE,
     TINY,
     copy_run,
     outcome,
+    resumes_exactly,
     run_cli,
     snapshot,
     wait_for_steps,
@@ -169,6 +171,26 @@ def test_an_interrupted_two_rank_run_resumes_exactly(straight, tmp_path, root):
     got_steps, got_evals, got_weights = outcome(out)
     assert got_steps == steps and got_evals == evals  # every loss, bit for bit, each step once
     assert all(torch.equal(got_weights[k], weights[k]) for k in weights)
+
+
+@pytest.mark.parametrize(("phase", "sig"), [("step", signal.SIGTERM), ("validation", signal.SIGINT),
+                                          ("epoch-end", signal.SIGHUP), ("checkpoint", signal.SIGTERM)])  # fmt: skip
+def test_a_signal_at_any_moment_of_a_two_rank_run_leaves_a_checkpoint_it_resumes_from(straight, tmp_path, root,
+                                                                                      phase, sig):  # fmt: skip
+    config, env, run, _ = straight
+    script = tmp_path / "at_phase.py"
+    script.write_text(AT_PHASE)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+            phase, sig.name, "--config", str(config), "--out", str(out), "--device", "cpu", "--data", str(root),
+            "--no-progress"]  # fmt: skip
+    stopped = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    how = "Ctrl-C" if sig == signal.SIGINT else sig.name
+    assert stopped.stderr.count(f"interrupted ({how}) at step") == 1, stopped.stderr  # rank 0 alone says it
+    step = json.loads((out / "summary.json").read_text())["steps"]
+    saved = json.loads((out / "manifest.json").read_text())["files"]["checkpoint.pt"]["step"]
+    assert saved == step and f"at step {step}; the checkpoint is saved in {out / 'checkpoint.pt'}" in stopped.stderr
+    resumes_exactly(out, torchrun(config, out, root, env), outcome(run))
 
 
 def test_resuming_with_another_number_of_processes_is_refused(straight, tmp_path, root, capsys):

@@ -90,6 +90,67 @@ def test_an_empty_out_is_refused(capsys):
     assert code == 2 and err == "error: --out must name a folder, got an empty string; e.g. --out runs/base\n"
 
 
+# --- A manifest or a lock never leads out of the folder ------------------------------------------------
+
+
+def listing(run: Path, name: str, of: Path) -> None:
+    """List ``name`` in the run's manifest as one of its files, with the real size and SHA-256 of ``of``."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    data = of.read_bytes()
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("entry", ["../../thesis.txt", "absolute"])
+def test_a_manifest_entry_outside_the_folder_is_refused_and_the_file_kept(tiny_run, tmp_path, entry, capsys):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    run = copy_run(tiny_run, tmp_path / "a" / "b" / "run")
+    thesis = tmp_path / "a" / "thesis.txt"
+    thesis.write_text("three years of work\n")
+    entry = str(thesis) if entry == "absolute" else entry
+    listing(run, entry, thesis)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.to_dict()))
+    code, err = run_cli(["--config", str(config), "--out", str(run), "--no-resume", "--overwrite"], capsys)
+    assert code == 2 and err == (
+        f"error: {run / 'manifest.json'} lists {entry!r}, which is not the name of a file inside the run folder (a "
+        "run lists plain names only; '..', absolute paths and sub-folders are refused). The manifest was edited: "
+        "no file is deleted or replaced because of it. Restore it, or move the folder aside and train into a new "
+        "one\n"
+    )
+    assert thesis.read_text() == "three years of work\n"
+
+
+def test_an_entry_through_a_folder_named_like_an_epoch_file_is_refused_on_resume(tiny_run, tmp_path, capsys):
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    run = copy_run(tiny_run, tmp_path / "a" / "b" / "c" / "run")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    (run / "epoch-").mkdir()
+    listing(run, "epoch-/../../../../../notes.txt", notes)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.with_changes(epochs=3).to_dict()))
+    code, err = run_cli(["--config", str(config), "--out", str(run)], capsys)
+    assert code == 2 and "lists 'epoch-/../../../../../notes.txt', which is not the name of a file inside" in err
+    assert notes.read_text() == "mine\n"
+
+
+def test_a_linked_lock_is_refused_and_its_target_never_created(tiny_run, tmp_path, capsys):
+    run = copy_run(tiny_run, tmp_path / "run")
+    target = tmp_path / "elsewhere" / "created.txt"
+    (tmp_path / "elsewhere").mkdir()
+    (run / ".lock").unlink(missing_ok=True)
+    (run / ".lock").symlink_to(target)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.with_changes(epochs=3).to_dict()))
+    code, err = run_cli(["--config", str(config), "--out", str(run)], capsys)
+    assert code == 2 and err == (
+        f"error: {run / '.lock'} is a symbolic link; a run folder's lock is a plain file in the folder, never a "
+        "link's target: remove the link, then run the command again\n"
+    )
+    assert not target.exists()
+
+
 # --- A finished run is never lost -------------------------------------------------------------------
 
 
@@ -261,12 +322,13 @@ def test_a_truncated_checkpoint_of_an_older_folder_names_the_file(tiny_run, tmp_
 
 def test_stale_temporary_files_of_a_killed_save_are_removed(tiny_run, tmp_path, root):
     run = copy_run(tiny_run, tmp_path / "run")
-    (run / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")
-    (run / ".epoch-002.pt.x.tmp").write_bytes(b"half")
+    (run / ".checkpoint.pt.k1ll3d_x.tmp").write_bytes(b"half a checkpoint")  # mkstemp's 8 characters
+    (run / ".epoch-002.pt.x0x0x0x0.tmp").write_bytes(b"half")
     (run / ".my-editor.swp.tmp").write_bytes(b"not ours")
+    (run / ".checkpoint.pt.my-copy.tmp").write_bytes(b"not ours either")
     train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
     left = sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp"))
-    assert left == [".my-editor.swp.tmp"]
+    assert left == [".checkpoint.pt.my-copy.tmp", ".my-editor.swp.tmp"]
 
 
 # --- The published run: an older folder, read-only ----------------------------------------------------
@@ -434,6 +496,100 @@ def test_interrupted_training_resumes_exactly(straight, tmp_path, root, sig, cap
     assert got_weights.keys() == weights.keys()
     assert all(torch.equal(got_weights[k], weights[k]) for k in weights)
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+# A signal at a chosen moment of a real run: rank 0 wraps the function that moment calls so that it
+# sends the signal once (under torchrun, to torchrun, which passes it to every rank, as a terminal's
+# Ctrl-C or a pre-emption does), then goes on.
+AT_PHASE = """
+import os, runpy, signal, sys, time
+phase, signum = sys.argv[1], getattr(signal, sys.argv[2])
+sys.argv = [sys.argv[0], *sys.argv[3:]]
+torchrun = "LOCAL_RANK" in os.environ
+import aiayn.loop_pieces as pieces, aiayn.run_log as run_log
+module, name, nth = {
+    "step": (pieces, "train_step", 5),           # the 5th step, mid-epoch
+    "validation": (pieces, "mean_loss", 1),      # the first epoch's validation
+    "epoch-end": (run_log, "epoch_file", 1),     # writing the first epoch's weights
+    "checkpoint": (pieces, "checkpoint_bytes", 1),  # serializing the first checkpoint
+}[phase]
+original, calls = getattr(module, name), []
+def signalled(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == nth:
+        os.kill(os.getppid() if torchrun else os.getpid(), signum)
+        if torchrun:
+            time.sleep(1.0)  # torchrun passes it on meanwhile
+    return original(*args, **kwargs)
+if os.environ.get("RANK", "0") == "0":
+    setattr(module, name, signalled)
+runpy.run_module("aiayn.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def resumes_exactly(out: Path, resumed: subprocess.Popen, straight_outcome: tuple) -> None:
+    """The same command, run again, resumes ``out`` and ends as the uninterrupted run did, bit for bit."""
+    steps, evals, weights = straight_outcome
+    printed, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert "resuming" in printed, printed
+    got_steps, got_evals, got_weights = outcome(out)
+    assert got_steps == steps  # every loss, bit for bit, each step once
+    assert got_evals == evals
+    assert all(torch.equal(got_weights[k], weights[k]) for k in weights)
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("phase", ["validation", "epoch-end", "checkpoint"])
+def test_a_signal_at_any_moment_of_a_run_leaves_a_checkpoint_it_resumes_from(straight, tmp_path, root, phase, sig):
+    config, env, straight_outcome = straight
+    script = tmp_path / "at_phase.py"
+    script.write_text(AT_PHASE)
+    out = tmp_path / "run"
+    argv = ["--config", str(config), "--out", str(out), "--device", "cpu", "--data", str(root), "--no-progress"]
+    stopped = subprocess.run([sys.executable, str(script), phase, sig.name, *argv], env=env, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert stopped.returncode == 128 + sig, stopped.stderr
+    step = json.loads((out / "summary.json").read_text())["steps"]
+    saved = json.loads((out / "manifest.json").read_text())["files"]["checkpoint.pt"]["step"]
+    assert saved == step  # what it says is true: the checkpoint is where it stopped
+    how = "Ctrl-C" if sig == signal.SIGINT else sig.name
+    assert stopped.stderr == (
+        f"interrupted ({how}) at step {step}; the checkpoint is saved in {out / 'checkpoint.pt'}. Run the same "
+        f"command again to resume: python -m aiayn.train {' '.join(argv)}\n"
+    )
+    resumes_exactly(out, start(config, out, root, env), straight_outcome)
+
+
+# The disk fills once the first checkpoint is written: later writes beyond 1 MB fail for real (EFBIG,
+# as ENOSPC on a full disk); the epoch weights (0.8 MB) still fit, the next checkpoint (2.4 MB) does not.
+FILLS_AFTER_THE_FIRST_CHECKPOINT = """
+import resource, runpy, signal, sys
+from aiayn.runs import RunFolder
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+record = RunFolder.record
+def filling(self, name, written, **more):
+    record(self, name, written, **more)
+    if name == "checkpoint.pt":
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+RunFolder.record = filling
+runpy.run_module("aiayn.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_full_disk_costs_only_the_steps_since_the_last_checkpoint_that_fitted(straight, tmp_path, root):
+    config, env, straight_outcome = straight
+    out = tmp_path / "run"
+    argv = ["--config", str(config), "--out", str(out), "--device", "cpu", "--data", str(root), "--no-progress"]
+    full = subprocess.run([sys.executable, "-c", FILLS_AFTER_THE_FIRST_CHECKPOINT, *argv], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert full.returncode == 1 and full.stderr == (
+        f"error: {out / 'checkpoint.pt'}: no room to write it (File too large); free some space, then run the "
+        f"same command again: it resumes from the checkpoint at step 1 ({out / 'checkpoint.pt'}), which the run "
+        "keeps\n"
+    ), full.stderr
+    resumes_exactly(out, start(config, out, root, env), straight_outcome)
 
 
 def test_an_older_run_folder_is_upgraded_when_training_resumes_in_it(tiny_run, tmp_path, root):

@@ -561,18 +561,19 @@ def test_fit_saves_by_wall_time_inside_an_epoch(tmp_path):
 
 
 def test_fit_saves_at_the_end_not_at_every_epochs_end(tmp_path):
-    """A checkpoint holds Adam's state (three times the weights): written at the run's end, every
-    checkpoint_every steps and every checkpoint_minutes, never just because an epoch ended."""
+    """A checkpoint holds Adam's state (three times the weights): written after the first step (a run
+    always holds one to resume from), at the run's end, every checkpoint_every steps and every
+    checkpoint_minutes, never just because an epoch ended."""
     states = []
     fit(tiny_model(), copy_task_batches(4, 2, 4, V), epochs=3, checkpoint_path=tmp_path / "ckpt.pt",
         progress=False, hook=states.append)  # fmt: skip
-    assert [s.step for s in states if s.event == "checkpoint"] == [12]
+    assert [s.step for s in states if s.event == "checkpoint"] == [1, 12]
     saved = load_checkpoint(tmp_path / "ckpt.pt")
     assert (saved["step"], saved["epoch"], saved["extra"]["batches_done"]) == (12, 3, 0)  # the start of epoch 3
     states.clear()
     fit(tiny_model(), copy_task_batches(4, 2, 4, V), epochs=3, checkpoint_path=tmp_path / "ckpt.pt",
         checkpoint_every=5, progress=False, hook=states.append)  # fmt: skip
-    assert [s.step for s in states if s.event == "checkpoint"] == [5, 10, 12]
+    assert [s.step for s in states if s.event == "checkpoint"] == [1, 5, 10, 12]
 
 
 # --- The fast paths in training ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import json
@@ -25,6 +26,9 @@ __all__ = [
     "write_json_gz",
     "read_json_gz",
     "AtomicWriter",
+    "DISK_FULL",
+    "DiskFull",
+    "is_disk_full",
     "WrittenFile",
     "sha256_file",
     "unreadable_weights",
@@ -238,6 +242,27 @@ class AtomicWriter:
                 self.f.close()
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+
+
+# what a write raises for want of room: a full disk, a quota, a limit on a file's size
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class DiskFull(OSError):
+    """A write failed for want of room; the message names the file and says how to go on."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in DISK_FULL
+
+
+def disk_full(err: OSError, then: str) -> DiskFull:
+    """``err`` (a full disk's) said in one line: the file, why, and ``then``, what to do after freeing room."""
+    where = f"{err.filename}: " if err.filename else ""
+    return DiskFull(
+        err.errno,
+        f"{where}no room to write it ({err.strerror}); free some space, then {then}",
+    )
 
 
 def atomic_write(

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from .checks import DiskFull, disk_full, is_disk_full
 from .data import ChecksumError, DatasetUnavailable
 
 __all__ = ["UsageError", "parser", "run"]
@@ -79,6 +80,13 @@ def run(
             raise
         print("error: interrupted (Ctrl-C)", file=sys.stderr)
         raise SystemExit(130) from None
+    except (
+        DiskFull
+    ) as err:  # the message names the file and says how to go on
+        if debug:
+            raise
+        print(f"error: {_one_line(err.strerror)}", file=sys.stderr)
+        raise SystemExit(1) from None
     except USAGE_ERRORS as err:
         if debug:
             raise
@@ -92,6 +100,10 @@ def run(
     except Exception as err:  # a failure, not a usage error
         if debug:
             raise
+        if is_disk_full(err):
+            said = disk_full(err, "run the same command again").strerror
+            print(f"error: {_one_line(said)}", file=sys.stderr)
+            raise SystemExit(1) from None
         print(f"error: {type(err).__name__}: {_one_line(str(err))} (rerun with --debug for the traceback)",
               file=sys.stderr)  # fmt: skip
         raise SystemExit(1) from None

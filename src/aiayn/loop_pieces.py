@@ -318,8 +318,9 @@ class Evaluation:
 
 
 class Checkpoints:
-    """Saves the run into ``path`` (each save replaces the last): every ``every`` steps, every
-    ``minutes``, and whenever ``fit`` asks. Under torchrun rank 0 writes, with every rank's RNG."""
+    """Saves the run into ``path`` (each save replaces the last): after the first step (unless
+    ``resumed`` from one), every ``every`` steps, every ``minutes``, and whenever ``fit`` asks.
+    Under torchrun rank 0 writes, with every rank's RNG."""
 
     def __init__(
         self,
@@ -332,6 +333,7 @@ class Checkpoints:
         scheduler: torch.optim.lr_scheduler.LRScheduler | None,
         scaler: torch.amp.GradScaler | None,
         report: Report,
+        resumed: bool = False,
     ) -> None:
         self.path, self.every, self.minutes = path, every, minutes
         self.extra = extra or {}
@@ -339,9 +341,13 @@ class Checkpoints:
         self.scheduler, self.scaler = scheduler, scaler
         self.report = report
         self.last_save = time.monotonic()
+        self.saved = resumed  # a run holds a checkpoint to go back to
 
     def due(self, step: int) -> bool:
-        """Is a save due after this step (by the step count or the clock)?"""
+        """Is a save due after this step: the run's first (so that a run always holds one it can
+        resume from, and a disk too small for it says so at once), or by the step count or the clock?"""
+        if not self.saved:
+            return True
         if self.every is not None and step % self.every == 0:
             return True
         return (
@@ -385,7 +391,7 @@ class Checkpoints:
             writer.write(data)
             # written, not yet renamed into place
             self.report.tell("saving", position, saved=writer.finish())
-        self.last_save = time.monotonic()
+        self.last_save, self.saved = time.monotonic(), True
         self.report.tell("checkpoint", position, saved=writer.written)
 
 

@@ -35,7 +35,13 @@ import torch
 
 from . import distributed
 from .batches import EpochBatches, eval_batches
-from .checks import Record, resolve_device, sha256_file
+from .checks import (
+    Record,
+    disk_full,
+    is_disk_full,
+    resolve_device,
+    sha256_file,
+)
 from .cuda_graphs import check_cuda_graphs
 from .data import Tokenizer, encode_pairs, load_multi30k, train_tokenizer
 from .layers import set_fast
@@ -321,6 +327,10 @@ def train(
             "draws dropout's random numbers slowly); compile on a GPU"
         )
     folder = RunFolder(out_dir)
+    if folder.has_manifest():
+        # fail now, before any advice about the folder's files (they may be changing) or the
+        # data, when another command is writing; under torchrun every rank fails with rank 0's words
+        distributed.main_first(folder.check_unlocked)
     plan = plan_run(folder, cfg, resume, overwrite)
     distributed.barrier()  # every rank has read the folder before rank 0 writes into it
     if plan.action == "done":
@@ -341,10 +351,6 @@ def train(
         plan = plan._replace(
             action="resume", checkpoint=folder.read_verified(CHECKPOINT)
         )
-    if folder.has_manifest():
-        # fail now, not after the data, when another command is writing;
-        # under torchrun every rank fails with rank 0's words
-        distributed.main_first(folder.check_unlocked)
     tokenizer = None
     if plan.action == "resume":
         folder.read_verified(TOKENIZER)
@@ -405,10 +411,15 @@ def _open_run(
     say: Callable[[str], None],
 ) -> int:
     """Start the run in ``folder`` (or prepare it to resume); return the step it starts from."""
-    if plan.action == "fresh":
+    if plan.action in ("fresh", "restart"):
         if folder.has_manifest():
             removed = folder.remove_run()
-            if removed:
+            if plan.action == "restart":
+                say(
+                    f"{folder.path} stopped before its first checkpoint (saved "
+                    "after the first step), so it starts again"
+                )
+            elif removed:
                 say(
                     f"replacing the run in {folder.path} "
                     f"({len(removed)} files)"
@@ -515,31 +526,42 @@ def _run(
             log_file,
             first_averaged(cfg, len(batches)),
         )
-        history = fit(
-            model,
-            batches,
-            epochs=cfg.epochs,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            loss_fn=LabelSmoothingLoss(
-                cfg.label_smoothing, ignore_index=cfg.model.pad_id
-            ),
-            clip_norm=cfg.clip_norm,
-            amp_dtype=amp,
-            device=device,
-            max_steps=cfg.max_steps,
-            val_batches=eval_batches(data.val_ids, cfg.max_tokens),
-            checkpoint_path=folder.file(CHECKPOINT),
-            checkpoint_every=cfg.checkpoint_every,
-            checkpoint_minutes=cfg.checkpoint_minutes,
-            checkpoint_extra={"run_id": folder.run_id()},
-            resume_from=plan.checkpoint,
-            stop=stop,
-            progress=progress,
-            hook=both_hooks(run_log, hook) if main else None,
-            cuda_graphs=cfg.cuda_graphs,
-        )
-        interrupted = stop.is_set()
+        try:
+            history = fit(
+                model,
+                batches,
+                epochs=cfg.epochs,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                loss_fn=LabelSmoothingLoss(
+                    cfg.label_smoothing, ignore_index=cfg.model.pad_id
+                ),
+                clip_norm=cfg.clip_norm,
+                amp_dtype=amp,
+                device=device,
+                max_steps=cfg.max_steps,
+                val_batches=eval_batches(data.val_ids, cfg.max_tokens),
+                checkpoint_path=folder.file(CHECKPOINT),
+                checkpoint_every=cfg.checkpoint_every,
+                checkpoint_minutes=cfg.checkpoint_minutes,
+                checkpoint_extra={"run_id": folder.run_id()},
+                resume_from=plan.checkpoint,
+                stop=stop,
+                progress=progress,
+                hook=both_hooks(run_log, hook) if main else None,
+                cuda_graphs=cfg.cuda_graphs,
+            )
+        except OSError as err:
+            if not is_disk_full(err):
+                raise
+            raise disk_full(err, _how_to_go_on(folder)) from None
+        # every epoch has as many steps (make_batches packs by lengths alone), on every rank
+        last_step = cfg.epochs * len(batches)
+        if cfg.max_steps is not None:
+            last_step = min(last_step, cfg.max_steps)
+        finished = bool(history.step) and history.step[-1] >= last_step
+        # a stop asked for as the run's last checkpoint was written: nothing is left to resume
+        interrupted = stop.is_set() and not finished
     if main:
         # the metrics as the run leaves them: a run stopped by max_steps validates
         # after its last checkpoint, and that line must not look like damage
@@ -590,10 +612,39 @@ def _run(
     if interrupted:
         how = "Ctrl-C" if stop.signal_name == "SIGINT" else stop.signal_name
         raise TrainingInterrupted(
-            f"interrupted ({how}) at step {summary.steps}; the checkpoint "
-            f"is saved in {folder.path / CHECKPOINT}. "
+            f"interrupted ({how}) at step {summary.steps}; "
+            f"{_saved_at(folder, summary.steps)}. "
             "Run the same command again to resume",
             summary,
             stop.signal_name,
         )
     return summary
+
+
+def _saved_step(folder: RunFolder) -> int | None:
+    """The step of the checkpoint the run folder lists (rank 0's view), ``None`` without one."""
+    entry = folder.manifest()["files"].get(CHECKPOINT)
+    return None if entry is None else entry.get("step")
+
+
+def _saved_at(folder: RunFolder, step: int) -> str:
+    """Where the stopped run stands, as its manifest says (the other ranks: as rank 0 wrote it)."""
+    if not distributed.is_main():
+        return f"the checkpoint is saved in {folder.path / CHECKPOINT}"
+    saved = _saved_step(folder)
+    if saved is None:
+        return f"no checkpoint was saved in {folder.path}, so the run starts again"
+    if saved == step:
+        return f"the checkpoint is saved in {folder.path / CHECKPOINT}"
+    return f"its checkpoint at step {saved} is saved in {folder.path / CHECKPOINT}"
+
+
+def _how_to_go_on(folder: RunFolder) -> str:
+    """After a full disk: the checkpoint the run keeps, and the command that goes on from it."""
+    saved = _saved_step(folder)
+    if saved is None:
+        return "run the same command again: the run had no checkpoint yet, so it starts again"
+    return (
+        f"run the same command again: it resumes from the checkpoint at step {saved} "
+        f"({folder.path / CHECKPOINT}), which the run keeps"
+    )

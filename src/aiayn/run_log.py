@@ -38,7 +38,7 @@ from .training import FitState
 
 
 class Plan(NamedTuple):
-    action: str  # "fresh", "resume", "done"
+    action: str  # "fresh", "restart" (no checkpoint to resume from), "resume", "done"
     checkpoint: bytes | None = None  # the verified checkpoint to resume from
     position: dict[str, Any] | None = (
         None  # its step and epoch, and its manifest entry
@@ -105,21 +105,21 @@ def plan_run(
                     "--overwrite, or choose another --out"
                 )
             if not has_checkpoint:
-                # a run stopped before its first checkpoint (a full disk)
-                # starts again; a folder of results is no run to train
-                again = (
-                    "--no-resume --overwrite starts the run again, or "
-                    if folder.listed(CONFIG)
-                    else ""
-                )
+                if folder.listed(CONFIG):
+                    # a run stopped before its first checkpoint (after its first step, or a disk
+                    # too small for one): nothing in it can be resumed or evaluated
+                    return Plan("restart")
+                # a folder of results is no run to train
                 raise RunFolderError(
                     f"--out {path} holds the files of an earlier command "
                     f"({shown(trained)}) but no checkpoint.pt to resume "
-                    f"from; {again}choose another --out"
+                    "from; choose another --out"
                 )
+        if resume and not has_checkpoint and folder.listed(CONFIG):
+            # one of ours stopped before its first checkpoint: nothing to resume
+            return Plan("restart")
         if not resume or not has_checkpoint:
-            # a new run, or one of ours stopped before its first checkpoint
-            return Plan("fresh")
+            return Plan("fresh")  # a new run
 
     old = folder.read_config()
     data = folder.read_verified(CHECKPOINT)
@@ -203,8 +203,15 @@ class RunLog:
         self.epochs_done = 0
 
     def write(self, record: dict[str, Any]) -> None:
-        self.log_file.write(json.dumps(record) + "\n")
-        self.log_file.flush()  # a killed run loses no logged line
+        try:
+            self.log_file.write(json.dumps(record) + "\n")
+            self.log_file.flush()  # a killed run loses no logged line
+        except OSError as err:  # a full disk's error names no file
+            if err.filename is not None:
+                raise
+            raise OSError(
+                err.errno, err.strerror, self.log_file.name
+            ) from None
 
     def __call__(self, state: FitState) -> None:
         if state.event == "step":

@@ -35,6 +35,8 @@ import errno
 import hashlib
 import json
 import os
+import re
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -77,6 +79,8 @@ SUMMARY = "summary.json"
 RESULTS = "results.json"
 LOCK = ".lock"
 FORMAT = "aiayn-run/1"
+_TEMPORARY = re.compile(rf"\.(.+)\.[a-z0-9_]{{8}}{re.escape(TMP_SUFFIX)}")
+_EPOCH_FILE = re.compile(r"epoch-\d{3,}\.pt")
 # the files of a run folder from before manifests existed
 _LEGACY_FILES = (CONFIG, TOKENIZER, CHECKPOINT, METRICS, SUMMARY, RESULTS)
 
@@ -109,6 +113,32 @@ def config_hash(cfg: TrainConfig) -> str:
     return hashlib.sha256(
         json.dumps(fixed, sort_keys=True).encode()
     ).hexdigest()
+
+
+def _check_listed(manifest: Path, name: str, entry: Any) -> None:
+    """A manifest lists plain names of files inside its folder, never a path that leads out of it."""
+    plain = (
+        isinstance(name, str)
+        and name not in ("", ".", "..", MANIFEST, LOCK)
+        and not name.startswith(".")
+        and not any(c in name for c in ("/", "\\", "\0"))
+    )
+    if not plain:
+        raise RunFolderError(
+            f"{manifest} lists {name!r}, which is not the name of a file inside the run folder "
+            "(a run lists plain names only; '..', absolute paths and sub-folders are refused). "
+            "The manifest was edited: no file is deleted or replaced because of it. Restore it, "
+            "or move the folder aside and train into a new one"
+        )
+    if not (
+        isinstance(entry, dict)
+        and isinstance(entry.get("size"), int)
+        and isinstance(entry.get("sha256"), str)
+    ):
+        raise RunFolderError(
+            f"{manifest} is damaged (the entry of {name!r} has no size and SHA-256); restore it, "
+            "or move the folder aside and train into a new one"
+        )
 
 
 def _entry(written: WrittenFile, **more: Any) -> dict[str, Any]:
@@ -169,6 +199,14 @@ class RunFolder:
                 "train into a new or empty folder"
             )
         manifest.setdefault("pending", {})
+        for table in ("files", "pending"):
+            if not isinstance(manifest[table], dict):
+                raise RunFolderError(
+                    f"{path} is damaged ({table!r} is not a table of files); restore it, or move "
+                    "the folder aside and train into a new one"
+                )
+            for name, entry in manifest[table].items():
+                _check_listed(path, name, entry)
         return manifest
 
     def listed(self, name: str) -> bool:
@@ -298,8 +336,12 @@ class RunFolder:
         )
 
     def epoch_files(self) -> list[Path]:
-        """The epoch weights present, oldest first."""
-        return sorted(self.path.glob("epoch-*.pt"))
+        """The epoch weights present (``epoch-NNN.pt`` files), oldest first."""
+        return sorted(
+            p
+            for p in self.path.glob("epoch-*.pt")
+            if _EPOCH_FILE.fullmatch(p.name) and p.is_file()
+        )
 
     def foreign_files(self) -> list[str]:
         """Names in the folder that this run did not write (and are not its lock or manifest)."""
@@ -317,7 +359,7 @@ class RunFolder:
         The manifest is read again under the lock: another command may have written meanwhile.
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        f = open(self.file(LOCK), "a+")  # noqa: SIM115
+        f = self._open_lock()
         try:
             self._flock(f, exclusive=True, wait=wait)
             self._lock_file = f
@@ -334,8 +376,29 @@ class RunFolder:
         A shared lock, for an instant: two commands that check at the same time do not see each
         other, only one that holds the folder's lock (``locked``) is seen.
         """
-        with open(self.file(LOCK), "a+") as f:
+        with self._open_lock() as f:
             self._flock(f, exclusive=False, wait=0.0)
+
+    def _open_lock(self):
+        """The folder's ``.lock``, created as a plain file in it; a link there is refused, never followed."""
+        path = self.file(LOCK)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(path, flags, 0o666)
+        except OSError as err:
+            if err.errno != errno.ELOOP and not path.is_symlink():
+                raise
+            raise RunFolderError(
+                f"{path} is a symbolic link; a run folder's lock is a plain file in the folder, "
+                "never a link's target: remove the link, then run the command again"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise RunFolderError(
+                f"{path} is not a plain file; a run folder's lock is one: remove it, then run the "
+                "command again"
+            )
+        return os.fdopen(fd, "a+")
 
     def _flock(self, f, exclusive: bool, wait: float) -> None:
         try:
@@ -372,12 +435,14 @@ class RunFolder:
         """Remove ``.<name>.<random>.tmp`` files left by a killed save of a file the run writes."""
         removed = []
         for path in self.path.glob(f".*{TMP_SUFFIX}"):
-            base = path.name[1:].rsplit(".", 2)[
-                0
-            ]  # ".checkpoint.pt.abc123.tmp" -> "checkpoint.pt"
+            # ".checkpoint.pt.k3v_9x1q.tmp": the name and mkstemp's 8 random characters
+            match = _TEMPORARY.fullmatch(path.name)
+            if match is None or path.is_symlink() or not path.is_file():
+                continue
+            base = match.group(1)
             if (
                 base in (*_LEGACY_FILES, MANIFEST)
-                or base.startswith("epoch-")
+                or _EPOCH_FILE.fullmatch(base)
                 or base.endswith(".hyp.en")
             ):
                 path.unlink(missing_ok=True)
@@ -472,7 +537,12 @@ class RunFolder:
             raise RunFolderError(
                 f"{self.file(name)} is not a file of this run: it is left alone"
             )
-        self.file(name).unlink(missing_ok=True)
+        _check_listed(
+            self.file(MANIFEST), name, self.manifest()["files"][name]
+        )
+        self.file(name).unlink(
+            missing_ok=True
+        )  # a link: the link, never its target
         self.manifest()["files"].pop(name)
         self.manifest()["pending"].pop(name, None)
         self._write_manifest()

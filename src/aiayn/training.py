@@ -113,8 +113,10 @@ def fit(
 
     Every step is one ``train_step``. After each epoch (or every ``eval_every`` steps) ``fit``
     evaluates: the mean loss on ``val_batches`` and whatever ``eval_fn`` returns. Checkpoints are
-    saved when the run ends (its last epoch done, ``max_steps`` reached, ``stop`` set), every
-    ``checkpoint_every`` steps and every ``checkpoint_minutes``; not at every epoch's end, so that
+    saved after the first step (a run always holds one to resume from, and a disk too small for
+    it fails at once), when the run ends (its last epoch done, ``max_steps`` reached, ``stop`` set,
+    at any moment of an epoch, its validation included), every ``checkpoint_every`` steps and
+    every ``checkpoint_minutes``; not at every epoch's end, so that
     the bytes written do not grow with the epochs (with Adam's two moments a checkpoint is three
     times the weights: 314 MB for the ``multi30k`` preset).
 
@@ -212,6 +214,7 @@ def fit(
     saver = Checkpoints(
         checkpoint_path, checkpoint_every, checkpoint_minutes,
         checkpoint_extra, model, optimizer, scheduler, scaler, report,
+        resumed=resume_from is not None,
     )  # fmt: skip
     evaluation = Evaluation(
         model, val_batches, eval_fn, eval_every, amp_dtype, device, report
@@ -278,10 +281,13 @@ def training_loop(
             break
         report.tell("epoch_end", position)
         evaluation.at_epoch_end(position, epoch_done=True)
-        # the run's end, saved as the start of the next epoch (where a longer run resumes);
-        # between epochs only checkpoint_every and checkpoint_minutes save
-        if epoch == epochs - 1:
+        # the run's end, or a stop asked for while the epoch ended (its weights, its validation):
+        # saved as the start of the next epoch, where a longer run resumes; between epochs only
+        # checkpoint_every and checkpoint_minutes save
+        if epoch == epochs - 1 or stopping.done(position.step):
             saver.save(position, epoch_end=True)
+            if stopping.done(position.step):
+                break
     return position.history
 
 
