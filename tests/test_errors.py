@@ -6,7 +6,10 @@ The commands print one line ``error: ...`` and exit with status 2; ``--debug`` s
 from __future__ import annotations
 
 import gzip
+import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ import torch
 from aiayn import bench, cli
 from aiayn import data as D
 from aiayn import evaluate as evaluate_cli
+from aiayn import onnx_translator as tr
 from aiayn import train as train_cli
 from aiayn.attention import MultiHeadAttention
 from aiayn.batches import copy_task_batches
@@ -219,3 +223,109 @@ def test_the_missing_message_lists_all_six_files(tmp_path):
 
 
 
+
+
+# --- The page's Python twin reading an export (aiayn.onnx_translator) --------------------------------
+
+AGAIN = "export the run again (python -m aiayn.export)"
+
+
+@pytest.fixture(scope="module")
+def page_files(tmp_path_factory):
+    """The JSON files of an export of the published model: tokenizer.json, translator.json and a
+    shortlist.json, without the graphs (a damaged graph is tested apart)."""
+    from conftest import PUBLISHED
+
+    from aiayn.onnx_graphs import tokenizer_record
+
+    folder = tmp_path_factory.mktemp("page")
+    record = tokenizer_record(D.Tokenizer(PUBLISHED / "tokenizer.model"))
+    (folder / "tokenizer.json").write_text(json.dumps(record), "utf-8")
+    settings = {"beam": 4, "length_penalty": 0.6, "max_len_a": 1.0, "max_len_b": 50, "max_len": 256}
+    (folder / "translator.json").write_text(json.dumps(settings))
+    return folder
+
+
+def _copy_with(folder: Path, tmp_path: Path, name: str, data: bytes) -> Path:
+    out = tmp_path / "export"
+    shutil.copytree(folder, out)
+    (out / name).write_bytes(data)
+    return out
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "translator.json"])
+def test_a_damaged_json_file_of_an_export_is_refused_by_name(page_files, tmp_path, name):
+    whole = (page_files / name).read_bytes()
+    folder = _copy_with(page_files, tmp_path, name, whole[: len(whole) // 2])  # a cut-off copy
+    with pytest.raises(ValueError) as refused:
+        tr.Vocabulary.load(folder) if name == "tokenizer.json" else tr.score_files(folder, [("Ein Hund.", "A dog.")])
+    message = str(refused.value)
+    assert message.startswith(f"{folder / name} cannot be read as JSON (")
+    assert message.endswith(f"): it is truncated or damaged; {AGAIN}")
+
+
+def test_a_tokenizer_json_without_its_fields_is_refused_by_name(page_files, tmp_path):
+    folder = _copy_with(page_files, tmp_path, "tokenizer.json", b'{"pieces": []}')
+    with pytest.raises(ValueError) as refused:
+        tr.Vocabulary.load(folder)
+    assert str(refused.value) == (
+        f"{folder / 'tokenizer.json'} is not a tokenizer record of aiayn.onnx_graphs: expected pieces, types, "
+        f"pad_id, bos_id, eos_id, unk_id and add_dummy_prefix (no 'types'); {AGAIN}"
+    )
+
+
+def test_a_damaged_graph_is_refused_by_name(page_files, tmp_path):
+    folder = _copy_with(page_files, tmp_path, "encoder.int8.onnx", b"\x08\x07not a protobuf at all" * 10)
+    with pytest.raises(ValueError) as refused:
+        tr.OnnxModel(folder)
+    message = str(refused.value)
+    assert message.startswith(f"{folder / 'encoder.int8.onnx'} cannot be read as an ONNX graph (")
+    assert message.endswith(f"): it is truncated or damaged; {AGAIN}")
+
+
+@pytest.mark.parametrize(
+    ("record", "why"),
+    [
+        ({"frequent": [-1, 5], "pieces": {}}, "frequent holds [-1]: expected token ids in [0, 8000)"),
+        ({"frequent": [5], "pieces": {"27": [9, -3]}}, "pieces['27'] holds [-3]: expected token ids in [0, 8000)"),
+        ({"frequent": [8000], "pieces": {}}, "frequent holds [8000]: expected token ids in [0, 8000)"),
+        ({"frequent": [], "pieces": {}}, "the shortlist is empty: it offers no id besides <eos>, so every "
+                                          "translation would be ''"),
+        ({"frequent": [2], "pieces": {"27": []}}, "the shortlist is empty: it offers no id besides <eos>, so "
+                                                  "every translation would be ''"),
+    ],
+)  # fmt: skip
+def test_a_shortlist_with_ids_outside_the_vocabulary_or_none_is_refused_by_name(page_files, tmp_path, record, why):
+    data = json.dumps({"format": "aiayn-shortlist/1", "top": 30, **record}).encode()
+    folder = _copy_with(page_files, tmp_path, "shortlist.json", data)
+    with pytest.raises(ValueError) as refused:
+        tr.load_shortlist(folder)
+    assert str(refused.value) == f"{folder / 'shortlist.json'}: {why}; {AGAIN}"
+
+
+def test_the_ids_a_step_scores_must_be_the_vocabulary_s_and_more_than_eos(page_files):
+    vocab = tr.Vocabulary.load(page_files)
+    with pytest.raises(ValueError, match=r"^targets: expected token ids in \[0, 8000\), got \[-1\]$"):
+        tr.scored(vocab, [-1, 5, 9])
+    with pytest.raises(ValueError, match=r"^targets: expected some id besides <eos> \(2\), got \[2\]: the short"):
+        tr.scored(vocab, [2])
+    with pytest.raises(ValueError, match=r"^targets: expected some id besides <eos> \(2\), got \[\]"):
+        tr.scored(vocab, [])
+    assert tr.scored(vocab, [2, 5]).tolist() == [2, 5]
+
+
+def test_the_page_s_search_refuses_a_negative_or_empty_shortlist_instead_of_translating(exported):
+    """On the exported graphs: a negative id would be scored as the id counted from the end of the
+    vocabulary, and an empty shortlist would translate every sentence to ''."""
+    model, vocab = tr.OnnxModel(exported), tr.Vocabulary.load(exported)
+    settings = json.loads((exported / "translator.json").read_text())
+    good = json.loads((exported / "shortlist.json").read_text())
+    sentence = ["Ein Hund läuft auf der Wiese."]
+    assert tr.translate(model, vocab, sentence, settings, beam=1, shortlist=good)[0]
+    negative = good | {"frequent": [-1, *good["frequent"]]}
+    with pytest.raises(ValueError, match=r"^targets: expected token ids in \[0, 8000\), got \[-1\]"):
+        tr.translate(model, vocab, sentence, settings, beam=1, shortlist=negative)
+    empty = good | {"frequent": [], "pieces": {}}
+    for beam in (1, 4):
+        with pytest.raises(ValueError, match=r"^targets: expected some id besides <eos> \(2\), got \[2\]"):
+            tr.translate(model, vocab, sentence, settings, beam=beam, shortlist=empty)

@@ -7,6 +7,7 @@ with a warning that says how much was cut. The same holds in ``translate`` and t
 
 from __future__ import annotations
 
+import unicodedata
 import warnings
 
 import matplotlib
@@ -14,7 +15,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from aiayn.translation import source_ids, translate  # noqa: E402
+from aiayn.data import load_multi30k  # noqa: E402
+from aiayn.translation import normalise, source_ids, translate  # noqa: E402
 from aiayn.widgets import Translator  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,3 +80,34 @@ def test_the_widget_says_when_there_is_nothing_to_translate_or_too_much(publishe
     assert "the model reads at most 256: shorten it" in widget.output.value and widget.translation == ""
     widget.text.value = "Ein Hund läuft."
     assert widget.translation and widget.weights is not None
+
+
+# fullwidth letters (and a fullwidth full stop) and ligatures, with the captions they spell
+COMPATIBLE = {
+    "Ｅｉｎ Ｈｕｎｄ ｌäｕｆｔ ａｕｆ ｄｅｒ Ｗｉｅｓｅ．": "Ein Hund läuft auf der Wiese.",
+    "Zwei Männer auf einem Schiﬀ.": "Zwei Männer auf einem Schiff.",
+    "Ein Mann mit einem ﬂachen Hut.": "Ein Mann mit einem flachen Hut.",
+    "Ein Kind ﬁndet einen Ball.": "Ein Kind findet einen Ball.",
+}
+
+
+def test_fullwidth_letters_and_ligatures_translate_as_the_plain_letters_do(published):
+    """NFKC (translation.normalise): the model reads the letters it learned, not pieces it never saw."""
+    model, tokenizer = published
+    odd, plain = list(COMPATIBLE), list(COMPATIBLE.values())
+    assert source_ids(tokenizer, odd, 256) == source_ids(tokenizer, plain, 256)
+    assert translate(model, tokenizer, odd, beam=2) == translate(model, tokenizer, plain, beam=2)
+
+
+def test_nfkc_leaves_the_multi30k_sources_as_nfc_did(root):
+    """No German caption changes: the BLEU of test2016 stays what it was. Only non-breaking spaces
+    differ between NFKC and NFC in the sources (44 training sentences, 1 of val), and normalise
+    makes them one space either way."""
+    changed, nbsp = {}, {}
+    for split in ("train", "val", "test2016"):
+        sources = [s for s, _ in load_multi30k(split, root)]
+        nfc = [" ".join(unicodedata.normalize("NFC", s).split()) for s in sources]
+        changed[split] = sum(normalise(s) != n for s, n in zip(sources, nfc, strict=True))
+        nbsp[split] = sum(unicodedata.normalize("NFKC", s) != unicodedata.normalize("NFC", s) for s in sources)
+    assert changed == {"train": 0, "val": 0, "test2016": 0}
+    assert nbsp == {"train": 44, "val": 1, "test2016": 0}

@@ -342,3 +342,20 @@ def test_the_books_results_are_what_write_results_makes_of_the_run(
         book_results.write_results(
             tmp_path, tmp_path / "out", commit="x", date="y", commands=[]
         )
+
+
+def test_weights_without_a_config_entry_are_refused_by_name(tmp_path, shared):
+    """A release whose weights file holds a 'model' state but no 'config' (its sums match): one
+    ValueError naming the file and what it should hold, not a bare KeyError."""
+    for name in ("config.json", "tokenizer.model"):
+        (tmp_path / name).write_bytes((shared / name).read_bytes())
+    weights = tmp_path / "mine-averaged-fp16.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "averaged": []}, weights)
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
+    (tmp_path / R.SUMS).write_text("".join(f"{digest}  {name}\n" for name, digest in sums.items()))
+    with pytest.raises(ValueError) as refused:
+        P.load_published(tmp_path, download=False)
+    assert str(refused.value) == (
+        f"{weights} holds no 'config' entry (it holds 'averaged', 'model'): expected the run's config "
+        "beside its 'model' weights, as a release writes them; copy it from the release again"
+    )

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,12 +39,13 @@ ODD = [
     "123 456", "ＡＢＣ", "ﬁ",
 ]  # fmt: skip
 # text as readers type or paste it: umlauts decomposed (a + U+0308, as some macOS pastes give), runs of
-# spaces, tabs and newlines, non-breaking and other Unicode spaces, zero-width characters alone or inside
+# spaces, tabs and newlines, non-breaking and other Unicode spaces, zero-width characters alone or inside,
+# fullwidth letters and ligatures (NFKC makes them plain letters)
 ODD_INPUT = [
     "Zwei Ma\u0308dchen u\u0308berqueren die Bru\u0308cke.", "  Ein  Mann\tfährt\n\n Fahrrad.  ",
     "Ein\u00a0Mann\u2009fährt\u3000Fahrrad.", "\u00a0", "\u200b", "\u200b\u2060\ufeff", " \u200c \u200d\t",
     "Ein\u200bMann.", "\ufeffEin Mann.", "Ein\x1cMann\x85fährt.", "Cafe\u0301", "\u212b", "ﬁ", "\u1100\u1161",
-    "a\u0323\u0307", "\r\n", "",
+    "a\u0323\u0307", "\r\n", "", "Ｅｉｎ Ｈｕｎｄ ｌäｕｆｔ．", "Zwei Männer auf einem Schiﬀ.", "ﬂach ﬁnden",
 ]  # fmt: skip
 NORMALISE_CASES = REPO / "tests/js/normalise.cases.json"
 # sentences searched on each kind of graph, from the end of test 2016 (other tests read its start)
@@ -196,11 +198,44 @@ def test_the_committed_normalisation_cases_are_python_s():
     assert committed == normalise_cases(), f"{NORMALISE_CASES} is out of date: `python tests/test_web_js.py`"
 
 
-def test_normalise_and_is_blank_in_javascript_are_python_s():
-    """No model needed: the committed cases, and every code point's whitespace."""
+def nfkc_cases() -> dict:
+    """What ``normalise`` makes of each code point that Python's Unicode assigns, where it changes it
+    (NFKC: fullwidth letters, ligatures, ...), and the code points it does not assign (newer Unicode
+    versions may give them decompositions; assigned ones keep theirs, by Unicode's stability policy)."""
+    changed, unassigned = {}, []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:  # surrogates: no character
+            continue
+        c = chr(cp)
+        if unicodedata.category(c) == "Cn":
+            if unassigned and unassigned[-1][1] == cp - 1:
+                unassigned[-1][1] = cp
+            else:
+                unassigned.append([cp, cp])
+        elif normalise(c) != c:
+            changed[cp] = normalise(c)
+    return {"unicode": unicodedata.unidata_version, "changed": changed, "unassigned": unassigned}
+
+
+def test_normalise_and_is_blank_in_javascript_are_python_s(tmp_path):
+    """No model needed: the committed cases, every code point's whitespace, and NFKC code point by
+    code point (Python's table, written for this run)."""
+    cases = nfkc_cases()
+    assert cases["changed"][ord("Ａ")] == "A" and cases["changed"][ord("ﬁ")] == "fi"
+    path = tmp_path / "nfkc.json"
+    path.write_text(json.dumps(cases, ensure_ascii=False), "utf-8")
     command = [_node(), "--test", str(REPO / "tests/js/normalise.test.mjs")]
-    run = subprocess.run(command, capture_output=True, text=True)
+    run = subprocess.run(command, capture_output=True, text=True, env=os.environ | {"AIAYN_NFKC_CASES": str(path)})
     assert run.returncode == 0, f"node failed:\n{run.stdout}\n{run.stderr}"
+    assert "# skipped 0" in run.stdout, run.stdout
+
+
+def test_fullwidth_letters_and_ligatures_are_read_as_plain_letters():
+    """NFKC, as the page's normalise (String.prototype.normalize('NFKC')); German captions stay as they are."""
+    assert normalise("Ｅｉｎ Ｈｕｎｄ ｌäｕｆｔ．") == "Ein Hund läuft."
+    assert normalise("Zwei Männer auf einem Schiﬀ.") == "Zwei Männer auf einem Schiff."
+    assert normalise("ﬂach ﬁnden") == "flach finden"
+    assert normalise("Straße über Öl, 3 Äpfel") == "Straße über Öl, 3 Äpfel"
 
 
 if __name__ == "__main__":

@@ -6,11 +6,16 @@ N batches on their summed loss over all their tokens. The two sets of weights ag
 
     python -m aiayn.equivalence check 2      # prints the largest weight difference
 
+N is at most ``max_ranks()``: this machine's CPUs, or 4 where it has fewer. Each rank is a process
+of its own (PyTorch and all), so a larger N only waits on the CPUs and fills the memory.
+
 It sits above ``training`` (the ranks call ``fit``), which ``distributed`` itself lies below.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -21,11 +26,39 @@ from torch import nn
 
 from . import cli, distributed
 from .batches import copy_task_batches
+from .checks import check_int
 from .loss import LabelSmoothingLoss
 from .model import Transformer, TransformerConfig
 from .training import fit
 
-__all__ = ["check_equivalence"]
+__all__ = ["check_equivalence", "max_ranks"]
+
+# the fewest ranks any machine may run: two ranks and more check the sharding
+# even on one or two CPUs, each rank on one thread
+MIN_RANK_BOUND = 4
+MAX_STEPS = 10_000
+
+
+def max_ranks() -> int:
+    """The most CPU ranks the check starts: this machine's CPUs, or ``MIN_RANK_BOUND`` if more."""
+    return max(os.cpu_count() or 1, MIN_RANK_BOUND)
+
+
+def _ranks(text: str) -> int:
+    """An argparse type: a rank count in 1..``max_ranks()``."""
+    n = cli.positive_int(text)
+    if n > max_ranks():
+        raise argparse.ArgumentTypeError(
+            f"expected an integer in 1..{max_ranks()}, got {n}; {_why_ranks()}"
+        )
+    return n
+
+
+def _why_ranks() -> str:
+    return (
+        f"each rank is a process of its own and this machine has "
+        f"{os.cpu_count() or 1} CPUs (the bound is never below {MIN_RANK_BOUND})"
+    )
 
 
 def _check_setup(steps: int, world: int):
@@ -81,7 +114,17 @@ def check_equivalence(n: int = 2, steps: int = 5) -> float:
     Returns the largest absolute difference between the two models' weights (float noise,
     about 1e-8): the ranks together make exactly the updates of one process that sees all
     their batches.
+
+    Args:
+        n: CPU ranks, 1 to ``max_ranks()``; a larger count is refused before any process starts.
+        steps: SGD steps, 1 to ``MAX_STEPS`` (the batches are made before the ranks start).
     """
+    is_int = isinstance(n, int) and not isinstance(n, bool)
+    if not (is_int and 1 <= n <= max_ranks()):
+        raise ValueError(
+            f"n must be an integer in 1..{max_ranks()}, got {n!r}; {_why_ranks()}"
+        )
+    check_int("steps", steps, minimum=1, maximum=MAX_STEPS)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ranks.pt"
         distributed.launch_cpu(
@@ -111,9 +154,9 @@ def _parser():
     check.add_argument(
         "n",
         nargs="?",
-        type=cli.positive_int,
+        type=_ranks,
         default=2,
-        help="CPU ranks (default 2)",
+        help=f"CPU ranks, 1 to {max_ranks()} here (default 2)",
     )
     check.add_argument("--debug", action="store_true")
     return p

@@ -16,6 +16,11 @@ The shortlist. With the export's ``shortlist.json`` (``aiayn.shortlist``), greed
 score only the ids of the sentence's shortlist at each step (``targets``); sampling draws from every
 id, as ``decoding.sample`` does.
 
+A damaged file of the export is refused by name (``Vocabulary.load``, ``load_settings``,
+``load_shortlist``, ``OnnxModel``), and so are a shortlist id outside the vocabulary (a negative
+one would make the step graph score another id) and a shortlist with no id besides ``<eos>``
+(every translation would be ``""``).
+
 The tests hold Python and JavaScript equal token for token on the float32 files. On the int8 files they agree on
 about 49 sentences in 50: onnxruntime's x86 kernels fuse the int8 products and add in another order
 than its WebAssembly build, and activations quantized on the fly turn such differences into rounding
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -48,11 +54,24 @@ from .onnx_graphs import (
     graph_file,
 )
 from .seeded import Mulberry32, draw
-from .shortlist import load as load_shortlist
+from .shortlist import FILE as SHORTLIST_JSON
+from .shortlist import FORMAT as SHORTLIST_FORMAT
 from .shortlist import targets as shortlist_targets
 from .translation import is_blank, normalise
 
 BOUNDARY = "\u2581"  # "▁", sentencepiece's word boundary
+AGAIN = "export the run again (python -m aiayn.export)"
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in ``path``; a damaged file is refused by name (a missing one: ``FileNotFoundError``)."""
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{path} cannot be read as JSON ({err}): it is truncated or "
+            f"damaged; {AGAIN}"
+        ) from None
 
 
 class OnnxModel:
@@ -72,11 +91,7 @@ class OnnxModel:
         options.inter_op_num_threads = 1
         folder = Path(folder)
         self.encoder, self.cross_kv, self.decoder_step = (
-            ort.InferenceSession(
-                str(folder / graph_file(name, int8)),
-                options,
-                providers=["CPUExecutionProvider"],
-            )
+            _session(ort, folder / graph_file(name, int8), options)
             for name in PAGE_GRAPHS
         )
 
@@ -116,6 +131,26 @@ class OnnxModel:
             cache.src, cache.cross_k, cache.cross_v, k, v, cache.targets
         )
         return log_probs, grown, cross, self_attn
+
+
+def _session(ort, path: Path, options) -> Any:
+    """An onnxruntime session of the graph in ``path``; a missing or damaged one is named."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: the page's graphs are "
+            f"{', '.join(graph_file(n, True) for n in PAGE_GRAPHS)} (and "
+            f"the float32 ones without .int8); {AGAIN}"
+        )
+    try:
+        return ort.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as err:  # onnxruntime's Fail, InvalidProtobuf, ...
+        why = " ".join(str(err).split())[:200]
+        raise ValueError(
+            f"{path} cannot be read as an ONNX graph ({why}): it is "
+            f"truncated or damaged; {AGAIN}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -163,9 +198,118 @@ class Vocabulary:
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> Vocabulary:
-        return cls(
-            json.loads((Path(folder) / TOKENIZER_JSON).read_text("utf-8"))
+        """``folder``'s ``tokenizer.json``; a damaged one is refused by name."""
+        path = Path(folder) / TOKENIZER_JSON
+        record = _read_json(path)
+        try:
+            vocab = cls(record)
+            V = len(vocab.pieces)
+            for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+                if not (
+                    isinstance(record[name], int) and 0 <= record[name] < V
+                ):
+                    raise ValueError(
+                        f"{name} {record[name]!r} is not in [0, {V})"
+                    )
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            why = f"no {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(
+                f"{path} is not a tokenizer record of aiayn.onnx_graphs: "
+                "expected pieces, types, pad_id, bos_id, eos_id, unk_id and "
+                f"add_dummy_prefix ({why}); {AGAIN}"
+            ) from None
+        return vocab
+
+
+def load_settings(folder: str | os.PathLike) -> dict[str, Any]:
+    """``folder``'s ``translator.json``: the run's decoding settings; a damaged one is refused by name."""
+    path = Path(folder) / SETTINGS_JSON
+    settings = _read_json(path)
+    wanted = ("beam", "length_penalty", "max_len_a", "max_len_b", "max_len")
+    missing = [
+        k
+        for k in wanted
+        if not isinstance(settings, dict) or k not in settings
+    ]
+    if missing:
+        raise ValueError(
+            f"{path} holds no {', '.join(missing)}: expected the settings "
+            f"{', '.join(wanted)}; {AGAIN}"
         )
+    return settings
+
+
+def load_shortlist(
+    folder: str | os.PathLike, vocab: Vocabulary | None = None
+) -> dict[str, Any] | None:
+    """``folder``'s ``shortlist.json`` (``aiayn.shortlist``), checked; ``None`` when it has none.
+
+    Every id must be one of the vocabulary's (a negative id would make the step graph score
+    another), and the record must offer some id besides ``<eos>`` (else every translation
+    would be ``""``); a file that breaks either rule is refused by name.
+
+    Args:
+        folder: an export.
+        vocab: its ``Vocabulary`` (default: read from ``folder``).
+    """
+    path = Path(folder) / SHORTLIST_JSON
+    if not path.exists():
+        return None
+    record = _read_json(path)
+    vocab = Vocabulary.load(folder) if vocab is None else vocab
+    try:
+        check_shortlist(record, vocab)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}; {AGAIN}") from None
+    return record
+
+
+def check_shortlist(record: Any, vocab: Vocabulary) -> None:
+    """Raise a ``ValueError`` unless ``record`` is a shortlist of ``vocab``'s ids that offers some
+    id besides ``<eos>``."""
+    V = len(vocab.pieces)
+    if (
+        not isinstance(record, dict)
+        or record.get("format") != SHORTLIST_FORMAT
+    ):
+        got = record.get("format") if isinstance(record, dict) else record
+        raise ValueError(
+            f"expected a shortlist of format {SHORTLIST_FORMAT!r}, got "
+            f"{str(got)[:60]!r}"
+        )
+    frequent, pieces = record.get("frequent"), record.get("pieces")
+    if not isinstance(frequent, list) or not isinstance(pieces, dict):
+        raise ValueError(
+            "expected 'frequent', a list of ids, and 'pieces', an object of "
+            f"id lists, got {type(frequent).__name__} and "
+            f"{type(pieces).__name__}"
+        )
+    lists = [("frequent", frequent)]
+    lists += [(f"pieces[{k!r}]", ids) for k, ids in pieces.items()]
+    offered = False
+    for where, ids in lists:
+        if not isinstance(ids, list):
+            raise ValueError(
+                f"{where} is {type(ids).__name__}: expected a list of ids"
+            )
+        bad = [i for i in ids if not _is_id(i, V)]
+        if bad:
+            raise ValueError(
+                f"{where} holds {str(bad[:3])[:60]}: expected token ids in "
+                f"[0, {V})"
+            )
+        offered = offered or any(i != vocab.eos_id for i in ids)
+    if not offered:
+        raise ValueError(
+            "the shortlist is empty: it offers no id besides <eos>, so every "
+            "translation would be ''"
+        )
+
+
+def _is_id(i: object, V: int) -> bool:
+    """An integer in [0, V) (numpy's too), not a bool."""
+    is_int = isinstance(i, numbers.Integral) and not isinstance(i, bool)
+    return is_int and 0 <= i < V
 
 
 def bpe_encode(vocab: Vocabulary, text: str) -> list[int]:
@@ -199,8 +343,8 @@ def source_ids(
 ) -> list[int] | None:
     """The ids the encoder reads, ``<eos>`` last; ``None`` when there is nothing to translate.
 
-    As ``aiayn.translation.source_ids``: the text is read as ``normalise`` gives it (NFC, whitespace
-    collapsed and trimmed); a blank one (``is_blank``) or one with no known piece gives ``None``; a
+    As ``aiayn.translation.source_ids``: the text is read as ``normalise`` gives it (NFKC,
+    whitespace collapsed and trimmed); a blank one (``is_blank``) or one with no known piece gives ``None``; a
     sentence too long for the model's positions is refused.
     """
     if is_blank(text):
@@ -237,9 +381,27 @@ def output_limit(src_len: int, settings: dict[str, Any]) -> int:
 
 
 def scored(vocab: Vocabulary, targets: Sequence[int] | None) -> np.ndarray:
-    """The ids a step scores: ``targets`` (a shortlist, sorted), or every id."""
-    ids = range(len(vocab.pieces)) if targets is None else targets
-    return np.array(ids, dtype=np.int64)
+    """The ids a step scores: ``targets`` (a shortlist, sorted), or every id.
+
+    ``targets`` must hold ids of the vocabulary, and some id besides ``<eos>``: a negative id
+    would make the step graph score another one (counted from the end), and ``<eos>`` alone
+    could only give ``""``.
+    """
+    V = len(vocab.pieces)
+    if targets is None:
+        return np.arange(V, dtype=np.int64)
+    bad = [i for i in targets if not _is_id(i, V)]
+    if bad:
+        raise ValueError(
+            f"targets: expected token ids in [0, {V}), got {bad[:3]}"
+        )
+    if all(i == vocab.eos_id for i in targets):
+        raise ValueError(
+            f"targets: expected some id besides <eos> ({vocab.eos_id}), got "
+            f"{list(targets)}: the shortlist is empty, so the translation "
+            "would be ''"
+        )
+    return np.array(targets, dtype=np.int64)
 
 
 def greedy(
@@ -478,9 +640,9 @@ def score_files(
     from sacrebleu.metrics import BLEU
 
     folder = Path(folder)
-    settings = json.loads((folder / SETTINGS_JSON).read_text())
+    settings = load_settings(folder)
     model, vocab = OnnxModel(folder, int8), Vocabulary.load(folder)
-    shortlist = load_shortlist(folder) if shortlisted else None
+    shortlist = load_shortlist(folder, vocab) if shortlisted else None
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     scores = {}
     for beam in beams:

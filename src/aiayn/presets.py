@@ -48,10 +48,12 @@ short outputs, on one CPU thread: on two shared cores a step took 50-85 ms with 
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from .checks import check_int
+from .cli import MAX_LENGTH_PENALTY
 from .data import PAD, Tokenizer
 from .model import Transformer, TransformerConfig
 from .schedule import ADAM_IMPLEMENTATIONS
@@ -87,9 +89,171 @@ def _default_model() -> TransformerConfig:
     )
 
 
+# The ranges of the numeric settings. Each is checked when a config is built (a preset, from_dict,
+# with_changes), before any work, by _check_ranges, whose message names the range and why it ends
+# there. Model sizes go up to eight times the paper's big model (d_model 1024, d_ff 4096, h 16,
+# N 6, d_k = d_v = 64), far past what a caption corpus can use.
+_MODEL_SIZES = {
+    "d_model": 8192,
+    "d_ff": 32768,
+    "h": 128,
+    "N": 48,
+    "d_k": 512,
+    "d_v": 512,
+}
+MAX_VOCAB = 65536  # pieces of the joint BPE (the paper's had about 37,000)
+MAX_POSITIONS = 5000  # TransformerConfig's default max_len
+MAX_TOKENS = 2**20  # about 20 times the paper's 25,000 + 25,000 tokens
+MAX_AVERAGE = 100  # epochs averaged, each kept on disk (the paper: 5 or 20)
+MAX_BEAM = 64  # the paper: 4; each beam is one more row to decode
+MAX_SEED = 2**64 - 1  # the largest seed torch.manual_seed takes
+# cpu_threads: up to this machine's CPUs, and never fewer than 64, so that the
+# config.json of a run folder still reads on a smaller machine
+MIN_THREAD_BOUND = 64
+
+
+def _in_range(
+    name: str,
+    value: object,
+    low: float,
+    high: float | None = None,
+    *,
+    integer: bool = True,
+    optional: bool = False,
+    open_low: bool = False,
+    open_high: bool = False,
+    why: str = "",
+) -> None:
+    """Raise a ``ValueError`` unless ``value`` lies in the range, naming it and, after it, ``why``.
+
+    Args:
+        name: the field, as the message names it.
+        value: an int (``integer``) or a finite real number, never a bool; ``None`` when
+            ``optional``.
+        low, high: the bounds, inclusive unless ``open_low`` / ``open_high``; ``high=None``:
+            none above.
+        why: why the range ends there, appended to the message.
+    """
+    if optional and value is None:
+        return
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    ok = ok and (isinstance(value, int) or math.isfinite(value))
+    ok = ok and (value > low if open_low else value >= low)
+    if ok and high is not None:
+        ok = value < high if open_high else value <= high
+    if ok:
+        return
+    if integer:
+        wanted = f"an integer in {low}..{high}"
+        if high is None:
+            wanted = f"an integer >= {low}"
+    elif high is None:
+        wanted = f"a finite number {'>' if open_low else '>='} {low}"
+    else:
+        left, right = "(" if open_low else "[", ")" if open_high else "]"
+        wanted = f"a number in {left}{low}, {high}{right}"
+    null = " (or null)" if optional else ""
+    because = f"; {why}" if why else ""
+    raise ValueError(
+        f"{name} must be {wanted}{null}, got {value!r}{because}"
+    )
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    """Check every numeric field of ``cfg`` and of ``cfg.model`` against its range."""
+    model = cfg.model
+    big = (
+        "eight times the paper's big model (d_model 1024, d_ff 4096, "
+        "h 16, N 6, d_k 64) at most"
+    )
+    for name, high in _MODEL_SIZES.items():
+        optional = name in ("d_k", "d_v")
+        value = getattr(model, name)
+        _in_range(
+            f"model.{name}", value, 1, high, optional=optional, why=big
+        )
+    _in_range(
+        "model.src_vocab_size", model.src_vocab_size, 8, MAX_VOCAB,
+        why="the paper's joint vocabulary had about 37,000 pieces",
+    )  # fmt: skip
+    _in_range(
+        "model.max_len", model.max_len, 1, MAX_POSITIONS,
+        why=f"length_penalty's bound, {MAX_LENGTH_PENALTY}, keeps the "
+        f"penalty finite for outputs up to {MAX_POSITIONS} positions",
+    )  # fmt: skip
+    L = model.max_len
+    _in_range(
+        "max_tokens", cfg.max_tokens, 1, MAX_TOKENS,
+        why="about twenty times the paper's batches of 25,000 source "
+        "and 25,000 target tokens",
+    )  # fmt: skip
+    for name in ("train_subset", "val_subset", "test_subset", "max_steps",
+                 "checkpoint_every"):  # fmt: skip
+        _in_range(name, getattr(cfg, name), 1, optional=True)
+    for name in ("epochs", "warmup", "log_every"):
+        _in_range(name, getattr(cfg, name), 1)
+    _in_range(
+        "seed", cfg.seed, 0, MAX_SEED, why="what torch.manual_seed takes"
+    )
+    _in_range(
+        "average_last", cfg.average_last, 0, MAX_AVERAGE,
+        why="each epoch averaged is kept on disk (the paper averaged 5, "
+        "or 20 for its big model)",
+    )  # fmt: skip
+    _in_range("lr_factor", cfg.lr_factor, 0, integer=False, open_low=True)
+    _in_range(
+        "label_smoothing", cfg.label_smoothing, 0, 1, integer=False,
+        open_high=True,
+    )  # fmt: skip
+    for name in ("clip_norm", "checkpoint_minutes"):
+        _in_range(
+            name, getattr(cfg, name), 0, integer=False, optional=True,
+            open_low=True,
+        )  # fmt: skip
+    _in_range(
+        "pad_to", cfg.pad_to, 1, L, optional=True,
+        why=f"no sentence is longer than model.max_len={L}, so a larger "
+        "multiple only adds padding",
+    )  # fmt: skip
+    rows = max(1, cfg.max_tokens // 2)
+    _in_range(
+        "pad_rows", cfg.pad_rows, 1, rows, optional=True,
+        why=f"a batch of max_tokens={cfg.max_tokens} positions holds at "
+        f"most {rows} pairs, so a larger multiple only adds empty rows",
+    )  # fmt: skip
+    cpus = os.cpu_count() or 1
+    _in_range(
+        "cpu_threads", cfg.cpu_threads, 1, max(cpus, MIN_THREAD_BOUND),
+        optional=True,
+        why=f"this machine has {cpus} CPUs, and threads beyond them only "
+        f"wait on each other (the bound is never below {MIN_THREAD_BOUND}, "
+        "so that a run folder reads on a smaller machine)",
+    )  # fmt: skip
+    _in_range(
+        "beam", cfg.beam, 1, MAX_BEAM,
+        why="the paper uses 4, and each beam is one more row to decode",
+    )  # fmt: skip
+    _in_range(
+        "length_penalty", cfg.length_penalty, 0, MAX_LENGTH_PENALTY,
+        integer=False,
+        why=f"as evaluate's --length-penalty: beyond {MAX_LENGTH_PENALTY}, "
+        f"the penalty ((5 + L) / 6)^alpha of a {MAX_POSITIONS}-token output "
+        "overflows float32 (the paper uses 0.6)",
+    )  # fmt: skip
+    cut = f"outputs stop at model.max_len={L} positions anyway"
+    _in_range("max_len_a", cfg.max_len_a, 0, L, integer=False, why=cut)
+    _in_range("max_len_b", cfg.max_len_b, 0, L, why=cut)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every choice of a training run: the model's sizes in ``model``, the rest here.
+
+    Every numeric field, the model's included, is checked against its range when the config is
+    built (a preset, ``from_dict``, ``with_changes``), before any work: a value outside it raises a
+    ``ValueError`` that names the range and why it ends there, e.g. ``pad_rows must be an integer
+    in 1..4096 (or null), got 100000``.
 
     Args:
         name: a label for the run (the preset's name).
@@ -116,12 +280,13 @@ class TrainConfig:
         compile: ``torch.compile`` the model's forward pass (slow first steps, faster later ones).
         pin_memory: page-locked batches, copied to the GPU with ``non_blocking=True`` (CUDA only).
         pad_to: pad each batch's source and target lengths up to a multiple of this (``None``: to
-            the longest in the batch). The same loss and gradients (``tests/test_batches.py``), fewer
-            batch shapes, as a captured step needs; with dropout the random draws differ, so a
-            resumed run keeps its setting.
+            the longest in the batch), at most ``model.max_len``. The same loss and gradients
+            (``tests/test_batches.py``), fewer batch shapes, as a captured step needs; with dropout
+            the random draws differ, so a resumed run keeps its setting.
         pad_rows: pad each batch's number of sentences up to a multiple of this, with rows that hold
-            nothing to predict (``None``: none added). With ``pad_to``, an epoch of ``multi30k`` has a
-            few dozen shapes instead of one per batch; the same loss and gradients.
+            nothing to predict (``None``: none added), at most ``max_tokens // 2``, the most pairs a
+            batch holds. With ``pad_to``, an epoch of ``multi30k`` has a few dozen shapes instead of
+            one per batch; the same loss and gradients.
         cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
             batch shape (``cuda_graphs.GraphedShapes``): far fewer kernel launches a step. CUDA and
             one process only, not with ``compile``. Each shape is captured the first time it comes
@@ -130,14 +295,18 @@ class TrainConfig:
         cpu_threads: on the CPU, ``torch.set_num_threads`` for the run (restored afterwards); ``None``
             keeps torch's setting. Tiny models run faster on one thread, and far faster when other
             processes share the cores (two threads then wait on each other at every small operation).
+            At most the machine's CPUs (``os.cpu_count()``), or 64 where it has fewer, so that a
+            run folder still reads on a smaller machine.
         log_every: write every k-th training step to ``metrics.jsonl`` (evaluations always).
         checkpoint_every: also save ``checkpoint.pt`` every k steps (``None``: off).
         checkpoint_minutes: also save ``checkpoint.pt`` when this many minutes passed since the last
             save (``None``: off). A checkpoint is also saved at the run's end and when Ctrl-C, SIGTERM
             or SIGHUP stops it; not at every epoch's end, so that what a run writes does not grow
             with its epochs (the weights to average are written for the last ``average_last`` only).
-        beam, length_penalty: beam size K and α of the GNMT length penalty (the paper: 4 and 0.6).
-        max_len_a, max_len_b: outputs stop after ``a · S + b`` tokens (the paper: input length + 50).
+        beam, length_penalty: beam size K and α of the GNMT length penalty (the paper: 4 and 0.6);
+            α in [0, 13], as ``evaluate --length-penalty`` takes it (``cli.MAX_LENGTH_PENALTY``).
+        max_len_a, max_len_b: outputs stop after ``a · S + b`` tokens (the paper: input length + 50),
+            and at ``model.max_len`` in any case.
     """
 
     name: str = "custom"
@@ -185,29 +354,6 @@ class TrainConfig:
                 "model: one joint vocabulary is trained, so src_vocab_size must equal tgt_vocab_size, got "
                 f"{self.model.src_vocab_size} and {self.model.tgt_vocab_size}"
             )
-        check_int(
-            "model.src_vocab_size", self.model.src_vocab_size, minimum=8
-        )
-        for name in ("max_tokens", "epochs", "warmup", "log_every", "beam"):
-            check_int(name, getattr(self, name), minimum=1)
-        for name in (
-            "train_subset",
-            "val_subset",
-            "test_subset",
-            "max_steps",
-            "pad_to",
-            "pad_rows",
-            "checkpoint_every",
-            "cpu_threads",
-        ):
-            if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), minimum=1)
-        for name in ("average_last", "seed", "max_len_b"):
-            check_int(name, getattr(self, name), minimum=0)
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(
-                f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}"
-            )
         if self.adam not in ADAM_IMPLEMENTATIONS:
             raise ValueError(
                 f"adam must be one of {', '.join(ADAM_IMPLEMENTATIONS)}, got {self.adam!r}"
@@ -217,28 +363,11 @@ class TrainConfig:
                 "cuda_graphs: not with compile (torch.compile's mode='reduce-overhead' "
                 "captures graphs of its own); turn one of them off"
             )
-        if not self.lr_factor > 0:
-            raise ValueError(
-                f"lr_factor must be positive, got {self.lr_factor!r}"
-            )
-        for name in ("clip_norm", "checkpoint_minutes"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(
-                    f"{name} must be positive or None, got {value!r}"
-                )
         if self.amp not in ("auto", "bf16", "fp16", None):
             raise ValueError(
                 f"amp must be 'auto', 'bf16', 'fp16' or None, got {self.amp!r}"
             )
-        if not self.length_penalty >= 0:
-            raise ValueError(
-                f"length_penalty must be non-negative, got {self.length_penalty!r}"
-            )
-        if not self.max_len_a >= 0:
-            raise ValueError(
-                f"max_len_a must be non-negative, got {self.max_len_a!r}"
-            )
+        _check_ranges(self)
 
     # Read-only views of the model's sizes under the names a preset table uses.
     vocab_size = property(

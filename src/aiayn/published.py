@@ -356,6 +356,13 @@ def load_published(
     weights = _weights_file(directory)
     saved = read_weights(weights, fix="copy it from the release again")
     config_file = json.loads((directory / "config.json").read_text())
+    if "config" not in saved:
+        raise ValueError(
+            f"{weights} holds no 'config' entry (it holds "
+            f"{', '.join(map(repr, sorted(map(str, saved))))}): expected the "
+            "run's config beside its 'model' weights, as a release writes "
+            "them; copy it from the release again"
+        )
     if saved["config"] != config_file:
         raise ValueError(
             f"{weights} was saved with another config than "

@@ -36,3 +36,38 @@ test('whitespace is str.isspace\'s, code point by code point', (t) => {
   }
   t.diagnostic(`${checked} code points, ${space.size} of them whitespace`);
 });
+
+// NFKC code point by code point: Python writes what its normalise makes of
+// every code point its Unicode assigns (tests/test_web_js.py, for this run
+// only, as $AIAYN_NFKC_CASES); Node may know a newer Unicode, so code points
+// Python does not assign are left out (assigned ones keep their
+// decompositions, by Unicode's stability policy).
+test('normalise applies NFKC as Python does, code point by code point',
+    (t) => {
+      const file = process.env.AIAYN_NFKC_CASES;
+      if (!file) {
+        t.skip('no $AIAYN_NFKC_CASES (tests/test_web_js.py sets it)');
+        return;
+      }
+      const nfkc = JSON.parse(readFileSync(file, 'utf-8'));
+      const unassigned = nfkc.unassigned;
+      let range = 0;
+      let checked = 0;
+      for (let cp = 0; cp <= 0x10ffff; cp++) {
+        if (cp >= 0xd800 && cp <= 0xdfff) continue;
+        while (range < unassigned.length && unassigned[range][1] < cp) range++;
+        if (range < unassigned.length && unassigned[range][0] <= cp) continue;
+        const c = String.fromCodePoint(cp);
+        const expected = nfkc.changed[cp] ?? c;
+        const got = normalise(c);
+        if (got !== expected) {
+          assert.fail(`U+${cp.toString(16)}: ${JSON.stringify(got)}, ` +
+              `Python ${JSON.stringify(expected)}`);
+        }
+        checked++;
+      }
+      assert.equal(normalise('Ｅｉｎ Ｈｕｎｄ'), 'Ein Hund');
+      assert.equal(normalise('Schiﬀ ﬁnden'), 'Schiff finden');
+      t.diagnostic(`${checked} code points of Unicode ${nfkc.unicode}, ` +
+          `${Object.keys(nfkc.changed).length} changed by NFKC`);
+    });

@@ -120,10 +120,13 @@ export function isBlank(sentence) {
     ZERO_WIDTH.has(c));
 }
 
-/** aiayn.translation.normalise: the sentence composed (NFC), each run of
- *  whitespace one space, none at the ends (Python's " ".join(s.split())). */
+/** aiayn.translation.normalise: the sentence in Unicode's compatibility
+ *  composition (NFKC: "a" + U+0308 is "ä", fullwidth "Ｅｉｎ" is "Ein", the
+ *  ligature "ﬁ" is "fi"), each run of whitespace one space, none at the
+ *  ends (Python's " ".join(unicodedata.normalize("NFKC", s).split())).
+ *  string -> string. */
 export function normalise(sentence) {
-  return sentence.normalize('NFC').split(SPACES).filter(Boolean).join(' ');
+  return sentence.normalize('NFKC').split(SPACES).filter(Boolean).join(' ');
 }
 
 /** sentencepiece's BPE: spaces become "▁", then merge the best-scoring
