@@ -300,8 +300,8 @@ class TrainConfig:
         log_every: write every k-th training step to ``metrics.jsonl`` (evaluations always).
         checkpoint_every: also save ``checkpoint.pt`` every k steps (``None``: off).
         checkpoint_minutes: also save ``checkpoint.pt`` when this many minutes passed since the last
-            save (``None``: off). A checkpoint is also saved at the run's end and when Ctrl-C, SIGTERM
-            or SIGHUP stops it; not at every epoch's end, so that what a run writes does not grow
+            save (``None``: off). A checkpoint is also saved after the first step, at the run's end and
+            when Ctrl-C, SIGTERM or SIGHUP stops it; not at every epoch's end, so that what a run writes does not grow
             with its epochs (the weights to average are written for the last ``average_last`` only).
         beam, length_penalty: beam size K and α of the GNMT length penalty (the paper: 4 and 0.6);
             α in [0, 13], as ``evaluate --length-penalty`` takes it (``cli.MAX_LENGTH_PENALTY``).

@@ -6,7 +6,8 @@ A run folder written by ``python -m aiayn.train`` holds:
     config.json       the TrainConfig
     tokenizer.model   the sentencepiece model the run was trained with
     checkpoint.pt     the latest state (weights, optimizer, schedule, RNG): training resumes from it;
-                      saved every ``checkpoint_minutes``, at the run's end and when a signal stops it
+                      saved after the first step, every ``checkpoint_minutes``, at the run's end
+                      and when a signal stops it
     epoch-NNN.pt      the weights after epoch NNN, for averaging: written for the run's last
                       ``average_last`` epochs only, and only the last ``average_last`` kept
     metrics.jsonl     one JSON line per logged step and per evaluation
@@ -24,6 +25,9 @@ Rules:
   name when it is read. ``metrics.jsonl`` grows between checkpoints: the manifest keeps the size
   and hash it had at the last checkpoint, and a resumed run cuts it back to that.
 - A command holds ``.lock`` (``fcntl.flock``) while it writes; a second one fails at once.
+- Every name a manifest lists is a plain file name in the folder: an entry with ``..``, an
+  absolute path or a sub-folder is refused by name before anything is read or deleted. ``.lock`` is
+  a plain file in the folder, opened without following a link (a linked one is refused).
 - Older run folders (``config.json`` but no manifest, such as a published run) are read as they
   are and get a manifest the first time a command writes into them.
 """

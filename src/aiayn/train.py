@@ -17,8 +17,9 @@ On Colab, put ``--out`` on Google Drive, which outlives the session::
     from google.colab import drive; drive.mount("/content/drive")
     !python -m aiayn.train --preset multi30k-t4 --out /content/drive/MyDrive/aiayn/t4
 
-``checkpoint.pt`` is saved every ``--checkpoint-minutes`` (default 10), at the run's end and when Ctrl-C,
-SIGTERM or SIGHUP stops it.
+``checkpoint.pt`` is saved after the first step, every ``--checkpoint-minutes`` (default 10), at the run's
+end and when Ctrl-C, SIGTERM or SIGHUP stops it, at any moment (a validation included). A full disk
+stops the run with the checkpoint it keeps and the command that resumes from it.
 When the session disconnects, run the same command in a new one: it resumes from the last
 checkpoint, exactly as if it had not stopped (weights, optimizer, loss scale, random state and
 position in the epoch), and loses at most the steps since that checkpoint.

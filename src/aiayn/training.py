@@ -281,9 +281,10 @@ def training_loop(
             break
         report.tell("epoch_end", position)
         evaluation.at_epoch_end(position, epoch_done=True)
-        # the run's end, or a stop asked for while the epoch ended (its weights, its validation):
-        # saved as the start of the next epoch, where a longer run resumes; between epochs only
-        # checkpoint_every and checkpoint_minutes save
+        # the run's end, or a stop asked for as the epoch ended (its
+        # weights, its validation): saved as the start of the next epoch,
+        # where a longer run resumes. Between epochs only checkpoint_every
+        # and checkpoint_minutes save
         if epoch == epochs - 1 or stopping.done(position.step):
             saver.save(position, epoch_end=True)
             if stopping.done(position.step):
