@@ -286,9 +286,11 @@ def test_a_killed_export_leaves_the_old_folder_and_ctrl_c_removes_what_it_left(e
         on_terminal = b""
     os.close(master)
     assert on_terminal == b""
-    left = sorted(p.name for p in tmp_path.iterdir())
-    assert len(left) == 2 and left[0] == "export" and left[1].startswith("export.unfinished-export-")
+    left = sorted(p.name for p in tmp_path.iterdir())  # its lock too, which the next export takes over
+    assert len(left) == 3 and left[:2] == ["export", "export.export-lock"], left
+    assert left[2].startswith("export.unfinished-export-") and ex.is_leftover(tmp_path / left[2])
     assert listing(out) == before
+    left.remove("export.export-lock")
 
     # Ctrl-C: the leftover of the killed export is removed, and so is this one's
     p = command([run, "--out", out, "--bleu", "none"], root, stderr=subprocess.PIPE)
@@ -312,10 +314,69 @@ def test_a_running_export_s_folder_is_not_taken_for_a_leftover(tmp_path):
     busy, dead = (tmp_path / f"export{ex.UNFINISHED}{k}" for k in ("busy", "dead"))
     for folder in (busy, dead):
         _folder(folder, {"encoder.onnx": ""})
+        ex._mark(folder, folder.name)  # as staged() marks the folders it makes
     other = _folder(tmp_path / "export.unfinished-other", {})  # not a name the export gives
-    fd = ex._hold(busy)
+    fd = ex.hold_folder(busy)
     try:
         assert ex.remove_leftovers(out) == [dead]
     finally:
         os.close(fd)
     assert busy.is_dir() and other.is_dir() and not dead.exists()
+
+
+# --- Issue 47: folders the export did not make, two exports at once, AIAYN_MODEL at a run --------------
+
+
+def test_folders_named_like_leftovers_are_left_alone_and_a_second_export_into_the_folder_fails(run, root, tmp_path):
+    """``mkdir export.replaced-export-keep`` (a file in it) survives an export; so do a folder whose mark
+    names another folder (a copy of a leftover) and a link, while a killed export's leftover is removed.
+    A second export into the same ``--out`` while the first writes fails at once, in one line."""
+    out = tmp_path / "export"
+    keep = _folder(tmp_path / f"export{ex.REPLACED}keep", {"thesis.txt": "mine"})
+    mine = _folder(tmp_path / f"export{ex.UNFINISHED}mine", {"notes.txt": "mine"})
+    (tmp_path / f"export{ex.REPLACED}link").symlink_to(keep)
+    killed = _folder(tmp_path / f"export{ex.UNFINISHED}0a1b2c3d", {"encoder.onnx": ""})  # a killed export's
+    (killed / ".aiayn-export-temporary").write_text(f"{killed.name}\n")  # marked as the export marks it
+    copied = _folder(tmp_path / f"export{ex.UNFINISHED}copied", {".aiayn-export-temporary": f"{killed.name}\n"})
+    theirs = {p: listing(p) for p in (keep, mine, copied)}
+    first = command([run, "--out", out, "--bleu", "none"], root, stderr=subprocess.PIPE)
+    try:
+        said = stop_at(first, "loading the model from", 0)  # signal 0: none; the first holds the lock
+        code, stdout, err = export_cli([run, "--out", out, "--bleu", "none"], root)
+    finally:  # then Ctrl-C stops the first
+        first.send_signal(signal.SIGINT)
+        _, first_err = first.communicate(timeout=60)
+    lock = tmp_path / "export.export-lock"
+    assert code == 2 and stdout == "", err
+    assert err == (
+        f"error: another command is writing {out} (it holds {lock}); wait for it to finish, or choose another --out\n"
+    )
+    assert first.returncode == 130 and first_err.endswith(f"{out} was not created\n"), first_err
+    assert said.count("removed") == 1 and f"removed {killed}, left by an export that was killed" in said
+    assert {p: listing(p) for p in theirs} == theirs and (keep / "thesis.txt").read_text() == "mine"
+    assert {p.name for p in tmp_path.iterdir()} == {keep.name, mine.name, copied.name, f"export{ex.REPLACED}link"}
+
+
+def test_a_linked_lock_is_refused_and_its_target_never_made(run, root, tmp_path):
+    target = tmp_path / "elsewhere" / "victim.txt"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "export.export-lock").symlink_to(target)
+    code, stdout, err = export_cli([run, "--out", tmp_path / "export"], root)
+    assert code == 2 and stdout == "", err
+    assert err == (f"error: {tmp_path / 'export.export-lock'} is a symbolic link; the export takes its lock there and "
+                   "never follows a link: remove the link, or choose another --out\n")  # fmt: skip
+    assert not target.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "export.export-lock"]
+
+
+def test_without_run_aiayn_model_naming_a_run_is_refused_before_any_download(run, root, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIAYN_MODEL", str(run))
+    before = listing(run)
+    code, stdout, err = export_cli(["--out", tmp_path / "export"], root)
+    assert code == 2 and stdout == "", err
+    assert err == (
+        f"error: AIAYN_MODEL={run} is a training run's folder (it has checkpoint.pt, manifest.json), and nothing "
+        "is downloaded into it; python -m aiayn.export without RUN reads the published model: point AIAYN_MODEL "
+        "at the folder that holds config.json, tokenizer.model, multi30k-averaged-fp16.pt (or unset it to use "
+        f"the user cache); to export a run, name it: python -m aiayn.export {run} --out DIR\n"
+    )
+    assert listing(run) == before and list(tmp_path.iterdir()) == []

@@ -15,7 +15,12 @@ it, for the most common whole-word pieces of the training text:
 
 ``python -m aiayn.embedding_map --out src/aiayn/results`` writes it all to
 ``multi30k.embeddings.json.gz``; chapter 2.3 draws it, and ``tests/test_results.py`` recomputes
-it from the model.
+it from the model. The command writes as ``python -m aiayn.stepthrough write`` does: ``--out`` is
+a folder (created if new), locked while the command writes; a ``multi30k.embeddings.json.gz``
+there that is not this command's record (a gzipped JSON whose ``"what"`` names the table) is
+refused unless ``--overwrite`` says to replace it; the model (``$AIAYN_MODEL``, the published
+model's folder or a release, never a run folder; nothing is downloaded) and the training text
+(``--data``, else ``$AIAYN_DATA``) are checked first; every failure is one ``error: ...`` line.
 
     V  vocabulary size        d  d_model        n  pieces on the map        k  neighbours
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from . import cli
 from .checks import read_json_gz, write_json_gz
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
 ]
 
 FILE = "multi30k.embeddings.json.gz"
+WHAT = "the published model's shared embedding table"  # how the record's "what" begins
 BOUNDARY = "\u2581"  # sentencepiece's word start, "▁"
 # German words of the captions and their English translations, each one piece
 PAIRS = [
@@ -250,7 +257,7 @@ def embedding_map(
         )
     return {
         "what": (
-            "the published model's shared embedding table: the most "
+            f"{WHAT}: the most "
             "common whole-word pieces of the training set, their nearest "
             "pieces among them, a 2-D PCA map, German/English pairs and "
             "analogies (python -m aiayn.embedding_map)"
@@ -275,26 +282,65 @@ def load_embedding_map(path: str | Path | None = None) -> dict:
     return read_json_gz(path)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m aiayn.embedding_map",
-        description="Write what the published model's shared embedding "
-        f"table holds into OUT/{FILE} (the model from $AIAYN_MODEL, the "
-        "training text from $AIAYN_DATA).",
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` is a record this command wrote (``"what"`` names the table)."""
+    from .stepthrough import read_record
+
+    record = read_record(path, ("what", "pieces", "pairs", "analogies"))
+    return record is not None and str(record["what"]).startswith(WHAT)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = cli.parser(
+        "python -m aiayn.embedding_map",
+        "Write what the published model's shared embedding table holds into "
+        f"OUT/{FILE} (the model from $AIAYN_MODEL, the training text from "
+        "--data or $AIAYN_DATA).",
     )
-    parser.add_argument("--out", type=Path, required=True, help="a folder")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--out",
+        required=True,
+        help=f"the folder to write {FILE} into (e.g. src/aiayn/results)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace a {FILE} there that this command did not write",
+    )
+    parser.add_argument("--data", default=None, help="the Multi30k folder")
+    return parser
+
+
+def _command(args: argparse.Namespace) -> int:
     from .data import load_multi30k
     from .published import load_published
+    from .stepthrough import check_inputs, claimed, results_file
 
-    _, tokenizer, model, _ = load_published(download=False)
-    train = load_multi30k("train", download=False)
-    record = embedding_map(model, tokenizer, train)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / FILE
-    write_json_gz(path, record)
+    what = "python -m aiayn.embedding_map"
+    path = results_file(args.out, FILE, _is_ours, args.overwrite, what)
+    release = (
+        "; or at a release of a run (python -m aiayn.published release RUN "
+        "--out DIR)"
+    )
+    check_inputs(what, args.data, ["train"], release)
+    with claimed(path.parent):
+        # again under the lock: another command may have written it meanwhile
+        results_file(args.out, FILE, _is_ours, args.overwrite, what)
+        train = load_multi30k("train", args.data, download=False)
+        _, tokenizer, model, _ = load_published(download=False)
+        record = embedding_map(model, tokenizer, train)
+        write_json_gz(path, record)
     print(f"wrote {path}: {len(record['pieces'])} pieces")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m aiayn.embedding_map --out DIR [--overwrite] [--data DIR]``.
+
+    A wrong argument, folder or input prints one ``error: ...`` line and exits with status 2,
+    another failure (a full disk) one line with status 1 (``aiayn.cli.run``).
+    """
+    return cli.run(_parser(), argv, _command)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,13 @@ or an earlier export, which is replaced as a whole (its manifest says ``"format"
 RUN, ``--out``, ``--limit`` and the test data are checked before the model is loaded, and a wrong
 one is one ``error: ...`` line with exit status 2. Everything is written into a sibling folder,
 ``DIR.unfinished-export-<random>``, renamed to DIR at the end: Ctrl-C or a crash leaves the old
-DIR or none, never half an export, and the next export removes such a leftover. Each step says
+DIR or none, never half an export. Each folder the export makes beside DIR holds
+``.aiayn-export-temporary`` from the start, with the folder's own name in it; the next export
+removes a killed one's leftover by that mark and leaves any other folder alone, whatever its name.
+While it writes, the export holds an ``flock`` on ``DIR.export-lock`` beside DIR (a file, never
+followed through a link, removed at the end): a second export into the same DIR fails at once.
+Without RUN, ``$AIAYN_MODEL`` must name the published model's folder; a run folder there is
+refused before anything is downloaded into it (name the run as RUN instead). Each step says
 what it does; on a terminal, progress bars show the export, the quantization and the scoring
 (``--no-progress``: none).
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fnmatch
 import glob
 import importlib.util
@@ -30,6 +37,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +57,10 @@ from .shortlist import build as build_shortlist
 UNFINISHED = ".unfinished-export-"
 # DIR.replaced-export-<random>: an earlier export, moved aside while the new one takes its place
 REPLACED = ".replaced-export-"
+# written first into each folder above, holding the folder's name: a leftover the export removes
+MARK = ".aiayn-export-temporary"
+# DIR.export-lock: held (flock) while an export writes DIR
+LOCK = ".export-lock"
 # what an export holds besides the files its manifest lists: the translations it scored
 HYPOTHESES = re.compile(r"test2016\.(int8|fp32)\.beam\d+\.hyp\.en")
 _EXPECTED_OUT = (
@@ -63,6 +75,10 @@ _EXPECTED_RUN = (
 
 class ExportInterrupted(Exception):
     """Ctrl-C stopped the command; the message says that ``--out`` is as it was."""
+
+
+class FolderInUse(ValueError):
+    """Another command holds the lock of the folder this one would write."""
 
 
 def is_export(manifest: Any) -> bool:
@@ -172,7 +188,14 @@ def check_run(run: str | None) -> tuple[str, Path]:
     from .published import model_dir
 
     if run is None:
-        return "published", model_dir()
+        folder = model_dir()
+        check_model_folder(
+            folder,
+            "python -m aiayn.export without RUN",
+            f"; to export a run, name it: python -m aiayn.export {folder} "
+            "--out DIR",
+        )
+        return "published", folder
     path = Path(run)
     if not run.strip():
         raise cli.UsageError(
@@ -201,6 +224,65 @@ def check_run(run: str | None) -> tuple[str, Path]:
     raise RunFolderError(
         f"{path} is neither a run folder nor the published model's folder "
         f"({holds}); {_EXPECTED_RUN}"
+    )
+
+
+def check_model_folder(
+    folder: Path, command: str, instead: str = "", offline: bool = False
+) -> None:
+    """Refuse a model folder that is not the published model's, before anything is downloaded into it.
+
+    ``$AIAYN_MODEL`` (else the user cache) names the published model's folder, or a release of
+    a run (with its ``SHA256SUMS``). A run folder there (``checkpoint.pt``, a run's
+    ``manifest.json``) or a foreign ``config.json`` would get the published weights downloaded
+    beside its own files, after which its ``config.json`` is called damaged.
+
+    Args:
+        folder: ``aiayn.published.model_dir()``.
+        command: what reads the model, for the message.
+        instead: appended to the message: what to do with a run.
+        offline: the command downloads nothing, so a missing file is refused here too.
+
+    Raises:
+        RunFolderError: the folder holds a run, or another model's ``config.json``.
+        FileNotFoundError: with ``offline``, the folder or one of its files is missing.
+    """
+    from .published import SHA256
+    from .release import SUMS
+
+    if os.environ.get("AIAYN_MODEL"):
+        named, fix = f"AIAYN_MODEL={folder}", "point AIAYN_MODEL at"
+    else:
+        named, fix = f"the model folder {folder}", "set AIAYN_MODEL to"
+    if (folder / SUMS).is_file():
+        return  # a release: it is checked against its own sums when loaded
+    found = [n for n in (CHECKPOINT, MANIFEST) if (folder / n).exists()]
+    if found:
+        why = f"a training run's folder (it has {', '.join(found)})"
+    elif (folder / CONFIG).is_file() and (
+        sha256_file(folder / CONFIG)[1] != SHA256[CONFIG]
+    ):
+        why = f"not the published model's folder (its {CONFIG} is another)"
+    elif offline and not folder.is_dir():
+        raise FileNotFoundError(
+            f"{named} does not exist; {command} reads the published model: "
+            f"{fix} the folder that holds {', '.join(SHA256)} (python -m "
+            "aiayn.published check downloads them into $AIAYN_MODEL, else "
+            "the user cache)"
+        )
+    elif offline and any(not (folder / n).is_file() for n in SHA256):
+        missing = [n for n in SHA256 if not (folder / n).is_file()]
+        raise FileNotFoundError(
+            f"{named} lacks {', '.join(missing)} of the published model, "
+            f"which {command} reads: python -m aiayn.published check "
+            f"downloads them into it (or {fix} a folder that holds them)"
+        )
+    else:
+        return
+    raise RunFolderError(
+        f"{named} is {why}, and nothing is downloaded into it; {command} "
+        f"reads the published model: {fix} the folder that holds "
+        f"{', '.join(SHA256)} (or unset it to use the user cache){instead}"
     )
 
 
@@ -243,22 +325,71 @@ def _load(kind: str, path: Path, default: bool):
     )
 
 
-def _hold(folder: Path) -> int | None:
-    """An open descriptor of ``folder`` holding an exclusive ``flock``: an export is writing it."""
+def hold_folder(folder: Path, what: str = "--out") -> int | None:
+    """An open descriptor of ``folder`` holding an exclusive ``flock``: a command is writing it.
+
+    The folder is opened as it is named, never through a symbolic link. Another command that
+    holds it already: ``FolderInUse``, which names the folder (``what`` says what it is).
+    """
     try:
         import fcntl
-    except ImportError:  # not on Windows: leftovers are kept
+    except ImportError:  # not on Windows: no lock, and leftovers are kept
         return None
-    fd = os.open(folder, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(folder, flags)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise ValueError(
+            f"{what} {folder} is a symbolic link; name the folder by its own path"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FolderInUse(
+            f"another command is writing into {folder}; wait for it to finish, "
+            f"or choose another {what}"
+        ) from None
     return fd
 
 
-def remove_leftovers(out: Path) -> list[Path]:
-    """Delete ``DIR.unfinished-export-*`` and ``DIR.replaced-export-*`` that no running export holds.
+def _plain_file(path: Path, size: int = 256) -> bytes | None:
+    """The first ``size`` bytes of ``path`` when it is a plain file (not through a link), else ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(size)
 
-    A killed export (SIGKILL, a lost machine) leaves them beside DIR; another export that is
-    still writing holds its folder's ``flock``, and its folder is kept.
+
+def _mark(folder: Path, name: str) -> None:
+    """Mark ``folder`` as one the export may delete when it is left over, under the name ``name``."""
+    atomic_write(folder / MARK, f"{name}\n")
+
+
+def is_leftover(path: Path) -> bool:
+    """Whether ``path`` is a folder an export made and marked (``MARK`` holds its name)."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    mark = _plain_file(path / MARK)
+    return (
+        mark is not None
+        and mark.decode(errors="replace").strip() == path.name
+    )
+
+
+def remove_leftovers(out: Path) -> list[Path]:
+    """Delete ``DIR.unfinished-export-*`` and ``DIR.replaced-export-*`` that an export left.
+
+    A killed export (SIGKILL, a lost machine) leaves them beside DIR, each marked with ``MARK``
+    (``is_leftover``); a folder of such a name without that mark is someone else's and is left
+    alone. Another export that is still writing holds its folder's ``flock``, and its folder is
+    kept.
     """
     try:
         import fcntl
@@ -269,10 +400,10 @@ def remove_leftovers(out: Path) -> list[Path]:
         for path in sorted(
             out.parent.glob(f"{glob.escape(out.name)}{kind}*")
         ):
-            if path.is_symlink() or not path.is_dir():
+            if not is_leftover(path):
                 continue
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:  # not ours to read: left alone
                 continue
             try:
@@ -287,48 +418,165 @@ def remove_leftovers(out: Path) -> list[Path]:
     return removed
 
 
-@contextlib.contextmanager
-def staged(
-    out: Path, log: Callable[[str], None] | None = None
-) -> Iterator[Path]:
-    """A new folder beside ``out`` to write into, renamed to ``out`` when the block succeeds.
+_LOCK_TEXT = b"python -m aiayn.export writes the folder beside this file\n"
 
-    ``out`` is checked again at the end (``check_out``); an earlier export there is moved aside,
-    replaced and then deleted, so that its files never mix with the new ones. On an error or
-    Ctrl-C the new folder is deleted and ``out`` stays as it was.
-    """
-    say = log or (lambda line: None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for path in remove_leftovers(out):
-        say(f"removed {path}, left by an export that was killed")
-    tmp = out.parent / f"{out.name}{UNFINISHED}{secrets.token_hex(4)}"
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (a finished export removes its lock)."""
     try:
-        tmp.mkdir()
+        named = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _open_lock(lock: Path, out: Path) -> int:
+    """``lock`` created or opened as a plain file (never through a link), its ``flock`` held."""
+    import fcntl
+
+    while True:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(lock, flags, 0o666)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ValueError(
+                    f"{lock} is a symbolic link; the export takes its lock there "
+                    "and never follows a link: remove the link, or choose another "
+                    "--out"
+                ) from None
+            if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise PermissionError(
+                    f"--out {out}: cannot create {lock} ({err.strerror}); "
+                    "choose a folder you can write to"
+                ) from None
+            if err.errno == errno.EISDIR:
+                raise ValueError(
+                    f"{lock} is a folder, where the export takes its lock; "
+                    "move it away, or choose another --out"
+                ) from None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(
+                    f"{lock} is not a plain file, where the export takes its "
+                    "lock; move it away, or choose another --out"
+                )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise FolderInUse(
+                    f"another command is writing {out} (it holds {lock}); wait "
+                    "for it to finish, or choose another --out"
+                ) from None
+            # the export that held it removed it: open the new one
+            if not _same_file(fd, lock):
+                os.close(fd)
+                continue
+            text = os.pread(fd, 4096, 0)
+            if text and text != _LOCK_TEXT:
+                raise ValueError(
+                    f"{lock} is a file the export did not write, where it takes "
+                    "its lock; move it away, or choose another --out"
+                )
+            if not text:
+                os.write(fd, _LOCK_TEXT)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+@contextlib.contextmanager
+def export_lock(out: Path) -> Iterator[Path | None]:
+    """Hold ``DIR.export-lock`` beside ``out`` for the block: one export writes ``out`` at a time.
+
+    A second export into ``out`` fails at once (``FolderInUse``); the lock file is a plain file,
+    never a link's target, and is removed at the end (a killed export's is taken over).
+    """
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:  # not on Windows: no lock
+        yield None
+        return
+    lock = out.parent / f"{out.name}{LOCK}"
+    fd = _open_lock(lock, out)
+    try:
+        yield lock
+    finally:
+        # still ours and held: no other export can be using it
+        if _same_file(fd, lock):
+            with contextlib.suppress(OSError):
+                lock.unlink()
+        os.close(fd)
+
+
+def _marked_folder(out: Path, kind: str) -> Path:
+    """A new folder ``DIR<kind><random>`` beside ``out``, marked as the export's own (``MARK``)."""
+    path = out.parent / f"{out.name}{kind}{secrets.token_hex(4)}"
+    try:
+        path.mkdir()
     except PermissionError as err:
         raise PermissionError(
             f"--out {out}: cannot create a folder in {out.parent} "
             f"({err.strerror}); choose a folder you can write to"
         ) from None
-    fd = _hold(tmp)
     try:
-        yield tmp
+        _mark(path, path.name)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def staged(
+    out: Path, log: Callable[[str], None] | None = None
+) -> Iterator[Path]:
+    """A new folder to write into, renamed to ``out`` when the block succeeds.
+
+    Call it under ``export_lock(out)``. The folder lies inside ``DIR.unfinished-export-<random>``,
+    beside ``out``, which holds the export's mark (``MARK``) from the start. ``out`` is checked
+    again at the end (``check_out``); an earlier export there is moved into a marked
+    ``DIR.replaced-export-<random>``, replaced and then deleted, so that its files never mix
+    with the new ones. On an error or Ctrl-C the new folder is deleted and ``out`` stays as it
+    was; a killed export leaves marked folders that the next one removes (``remove_leftovers``).
+    """
+    say = log or (lambda line: None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path in remove_leftovers(out):
+        say(f"removed {path}, left by an export that was killed")
+    tmp = _marked_folder(out, UNFINISHED)
+    fd = hold_folder(tmp)
+    new = tmp / out.name  # the export, beside the mark
+    try:
+        yield new
         kind = check_out(out)  # it may have changed since the start
         if kind == "empty":
             out.rmdir()
         if kind != "export":
-            tmp.rename(out)
+            new.rename(out)
             return
-        old = out.parent / f"{out.name}{REPLACED}{secrets.token_hex(4)}"
-        out.rename(old)
+        old = _marked_folder(out, REPLACED)
         try:
-            tmp.rename(out)
+            out.rename(old / out.name)
         except BaseException:
-            old.rename(out)
+            shutil.rmtree(old, ignore_errors=True)  # only the mark
+            raise
+        try:
+            new.rename(out)
+        except BaseException:
+            try:
+                (old / out.name).rename(out)
+            except BaseException:
+                (old / MARK).unlink()  # the earlier export stays in old
+                raise
+            shutil.rmtree(old, ignore_errors=True)
             raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         if fd is not None:
             os.close(fd)
 
@@ -413,9 +661,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _export(args: argparse.Namespace) -> int:
-    """Check everything, then export and score into a staged folder, renamed to ``--out`` at the end."""
-    from .data import load_multi30k
-
+    """Check everything, take ``--out``'s lock, then export (``_write``)."""
     if not args.out.strip():
         raise cli.UsageError(
             "--out must name a folder, got an empty string; "
@@ -427,7 +673,7 @@ def _export(args: argparse.Namespace) -> int:
             "--bleu none scores none; drop one of them"
         )
     out = Path(args.out)
-    before = check_out(out)
+    check_out(out)  # before the run is looked at
     kind, run = check_run(args.run)
     if run.resolve() == out.resolve():
         raise cli.UsageError(
@@ -435,6 +681,22 @@ def _export(args: argparse.Namespace) -> int:
             f"{_EXPECTED_OUT} elsewhere"
         )
     _check_modules(args.bleu != "none")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError as err:
+        raise PermissionError(
+            f"--out {out}: cannot create {err.filename} ({err.strerror}); "
+            "choose a folder you can write to"
+        ) from None
+    with export_lock(out):  # a second export into out fails here, at once
+        return _write(args, out, kind, run)
+
+
+def _write(args: argparse.Namespace, out: Path, kind: str, run: Path) -> int:
+    """Export and score into a staged folder, renamed to ``--out`` at the end (under its lock)."""
+    from .data import load_multi30k
+
+    before = check_out(out)  # again, under the lock
     kinds = {"none": (), "int8": (True,), "all": (True, False)}[args.bleu]
     pairs = load_multi30k("test2016")[: args.limit] if kinds else []
     train = load_multi30k("train") if args.shortlist == "train" else []

@@ -18,15 +18,29 @@ show it on the static website, where no model runs. Vectors of width d_model are
 first ``SHOWN`` dimensions and their norm; q, k, v and the heads' outputs whole; every number
 to ``DIGITS`` significant digits (the scores,
 which a softmax exponentiates, to one more). ``python -m aiayn.stepthrough write`` writes it.
+
+The command follows the rules of the others (``aiayn.cli``): ``--out`` (default
+``src/aiayn/results``) is a folder, created if it is new, and the command writes one file into
+it, ``STEPTHROUGH``. A file of that name that is not a record of this command (a gzipped JSON
+with its fields) is refused, unless ``--overwrite`` says to replace it; no other file is
+touched. ``--out``, ``--line``, the model's folder (``$AIAYN_MODEL``, which must be the
+published model's: nothing is downloaded, and a run folder is refused) and the test data
+are checked before the model is loaded. The command holds an ``flock`` on ``--out`` while it
+writes (a second one fails at once) and writes the file atomically: a failure, a full disk
+included, leaves the old file. Every refusal is one ``error: ...`` line, status 2; another
+failure is one line too, status 1. ``aiayn.embedding_map`` writes its file the same way
+(``results_file``, ``claimed``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +63,10 @@ __all__ = [
     "write_stepthrough",
     "load_stepthrough",
     "softmax_rows",
+    "read_record",
+    "results_file",
+    "claimed",
+    "check_inputs",
     "main",
 ]
 
@@ -339,6 +357,158 @@ def load_stepthrough(path: str | os.PathLike | None = None) -> dict:
     return read_json_gz(path)
 
 
+# --- The command: a file written into a folder, never over someone else's -------------------------
+
+_MOST = 64 << 20  # bytes: a larger file is no record of these commands
+
+
+def read_record(path: Path, fields: Sequence[str]) -> dict | None:
+    """The gzipped JSON record at ``path`` when it is one with all of ``fields``, else ``None``."""
+    try:
+        if path.stat().st_size > _MOST:
+            return None
+        record = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, ValueError):  # not gzip, not JSON, not UTF-8
+        return None
+    if not isinstance(record, dict) or not all(f in record for f in fields):
+        return None
+    return record
+
+
+def _is_stepthrough(path: Path) -> bool:
+    fields = ("line", "source", "translation", "tokens", "sizes", "encoder",
+              "decoder", "next")  # fmt: skip
+    return read_record(path, fields) is not None
+
+
+def results_file(
+    out: str,
+    name: str,
+    ours: Callable[[Path], bool],
+    overwrite: bool = False,
+    what: str = "this command",
+) -> Path:
+    """``out/name``, the one file a command writes into the folder ``--out``, checked before any work.
+
+    Args:
+        out: ``--out`` as given: a folder, new (created later, by ``claimed``) or existing.
+        name: the file's name.
+        ours: whether an existing file of that name is the command's own output.
+        overwrite: replace an existing file that is not (``--overwrite``).
+        what: the command, for the messages.
+
+    Raises:
+        cli.UsageError, NotADirectoryError, PermissionError, ValueError: one line naming the
+        path and what to do: an empty ``--out``, a file or a link, a folder that cannot be
+        written, or a file of that name that ``ours`` does not recognise.
+    """
+    expected = f"expected a folder to write {name} into"
+    if not out.strip():
+        raise cli.UsageError(
+            f"--out must name a folder, got an empty string; {expected}"
+        )
+    folder = Path(out)
+    blocking = next(
+        (p for p in folder.parents if p.exists() and not p.is_dir()), None
+    )
+    if blocking is not None:
+        raise NotADirectoryError(
+            f"--out {folder}: {blocking} is a file, not a folder; {expected}"
+        )
+    if folder.is_symlink():
+        raise ValueError(
+            f"--out {folder} is a symbolic link; name the folder by its own path"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"--out {folder} is a file; {expected}")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"--out {folder}: {existing} is not a folder you can write into; "
+            "choose another --out"
+        )
+    path = folder / name
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        kind = "a symbolic link" if path.is_symlink() else "not a file"
+        raise ValueError(
+            f"{path} is {kind}, which {what} would replace; move it away, "
+            "or choose another --out"
+        )
+    if path.exists() and not overwrite and not ours(path):
+        raise ValueError(
+            f"{path} is not a file {what} wrote (not its gzipped JSON record), "
+            "and writing would replace it; move it away, choose another --out, "
+            "or add --overwrite to replace it"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def claimed(folder: Path) -> Iterator[Path]:
+    """Create ``folder`` if it is new and hold its ``flock`` for the block: one writer at a time.
+
+    A second command fails at once (``aiayn.export.FolderInUse``). When the block fails, the
+    folders this created are removed again (only while they are empty).
+    """
+    from .export import hold_folder
+
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PermissionError(
+            f"--out {folder}: cannot create {err.filename or folder} "
+            f"({err.strerror}); choose a folder you can write to"
+        ) from None
+    done, fd = False, None
+    try:
+        fd = hold_folder(folder)
+        yield folder
+        done = True
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if not done:
+            for p in created:  # the deepest first
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+
+
+def check_inputs(
+    what: str, root: str | None, splits: Sequence[str], instead: str = ""
+) -> None:
+    """Refuse, before any work, a model folder or Multi30k files that cannot be read; nothing is downloaded.
+
+    Args:
+        what: the command, for the messages.
+        root: ``--data`` (default ``$AIAYN_DATA``, else the user cache).
+        splits: the Multi30k splits the command reads.
+        instead: what the message adds to a run folder's refusal.
+    """
+    from .data import BASE_URL, SPLITS, data_dir
+    from .export import check_model_folder
+    from .published import model_dir
+
+    check_model_folder(model_dir(), what, instead, offline=True)
+    folder = data_dir(root)
+    names = [
+        f"{SPLITS[s]}.{lang}.gz" for s in splits for lang in ("de", "en")
+    ]
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        where = (
+            "--data"
+            if root is not None
+            else "$AIAYN_DATA, else the user cache"
+        )
+        raise FileNotFoundError(
+            f"the Multi30k folder {folder} (from {where}) lacks "
+            f"{', '.join(missing)}, which {what} reads: point --data or "
+            f"AIAYN_DATA at the folder that holds them, or download them "
+            f"from {BASE_URL}"
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = cli.parser(
         "python -m aiayn.stepthrough", __doc__.split("\n")[0]
@@ -349,7 +519,17 @@ def _parser() -> argparse.ArgumentParser:
         f"and write {STEPTHROUGH}"
     )  # fmt: skip
     w.add_argument("--line", type=int, default=LINE)
-    w.add_argument("--out", default="src/aiayn/results")
+    w.add_argument(
+        "--out",
+        default="src/aiayn/results",
+        help=f"the folder to write {STEPTHROUGH} into "
+        "(default src/aiayn/results)",
+    )
+    w.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace a {STEPTHROUGH} there that this command did not write",
+    )
     w.add_argument("--data", default=None, help="the Multi30k folder")
     w.add_argument("--debug", action="store_true",
                    help="show the traceback of an error")  # fmt: skip
@@ -359,15 +539,34 @@ def _parser() -> argparse.ArgumentParser:
 def _command(args: argparse.Namespace) -> int:
     from .published import load_published, results_dir
 
-    _, tokenizer, model, _ = load_published()
-    path = write_stepthrough(model, tokenizer, args.out, line=args.line,
-                             results=results_dir(), root=args.data)  # fmt: skip
+    what = "python -m aiayn.stepthrough write"
+    path = results_file(
+        args.out, STEPTHROUGH, _is_stepthrough, args.overwrite, what
+    )
+    check_inputs(what, args.data, ["test2016"])
+    count = len(load_multi30k("test2016", args.data, download=False))
+    if not 0 <= args.line < count:
+        raise cli.UsageError(
+            f"--line must be in [0, {count}) for test2016, got {args.line}"
+        )
+    with claimed(path.parent):
+        # again under the lock: another command may have written it meanwhile
+        results_file(
+            args.out, STEPTHROUGH, _is_stepthrough, args.overwrite, what
+        )
+        _, tokenizer, model, _ = load_published(download=False)
+        path = write_stepthrough(model, tokenizer, path.parent, line=args.line,
+                                 results=results_dir(), root=args.data)  # fmt: skip
     print(f"{path}: {path.stat().st_size:,} bytes")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aiayn.stepthrough write [--line N] [--out DIR]``."""
+    """``python -m aiayn.stepthrough write [--line N] [--out DIR] [--overwrite]``.
+
+    A wrong argument, folder or input prints one ``error: ...`` line and exits with status 2,
+    another failure (a full disk) one line with status 1 (``aiayn.cli.run``).
+    """
     return cli.run(_parser(), argv, _command)
 
 
