@@ -83,8 +83,8 @@ def test_twice_the_epochs_write_at_most_a_quarter_more(tmp_path, root, cache):
         out = tmp_path / f"run-{epochs}"
         written, weights = run(SMALL.with_changes(epochs=epochs), out, root)
         totals[epochs] = written.total(out)
-        # one checkpoint, at the end; epoch files for the last 5 epochs only
-        assert written.saves.count("checkpoint.pt") == 1
+        # two checkpoints, after the first step and at the end; epoch files for the last 5 epochs only
+        assert written.saves.count("checkpoint.pt") == 2
         kept = [f"epoch-{e:03d}.pt" for e in range(max(1, epochs - 4), epochs + 1)]
         assert sorted(n for n in written.saves if n.startswith("epoch-")) == kept
         assert sorted(p.name for p in out.glob("epoch-*.pt")) == kept
