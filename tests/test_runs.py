@@ -151,6 +151,23 @@ def test_a_linked_lock_is_refused_and_its_target_never_created(tiny_run, tmp_pat
     assert not target.exists()
 
 
+def test_a_run_being_written_is_refused_for_its_lock_before_any_advice_about_its_files(tiny_run, tmp_path, capsys):
+    """A run that has not saved its first checkpoint yet, while its command still writes: a second
+    command says another one is writing, not which flags would replace the run (the lock refuses them)."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    folder = RunFolder(run)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.to_dict()))
+    with folder.locked():
+        folder.remove("checkpoint.pt")  # as before its first checkpoint
+        for extra in ([], ["--no-resume"]):
+            code, err = run_cli(["--config", str(config), "--out", str(run), *extra], capsys)
+            assert code == 2 and err == (
+                f"error: another command is writing into {run} (it holds {run / '.lock'}); wait for it to "
+                "finish, or use another folder\n"
+            )
+
+
 # --- A finished run is never lost -------------------------------------------------------------------
 
 

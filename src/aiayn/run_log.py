@@ -105,15 +105,20 @@ def plan_run(
                     "--overwrite, or choose another --out"
                 )
             if not has_checkpoint:
-                if folder.listed(CONFIG):
-                    # a run stopped before its first checkpoint (after its first step, or a disk
-                    # too small for one): nothing in it can be resumed or evaluated
+                if folder.listed(CONFIG) and trained == [METRICS]:
+                    # a run stopped before its first checkpoint, saved after its first step (a
+                    # disk too small for one): only the log of that step is lost
                     return Plan("restart")
-                # a folder of results is no run to train
+                # weights without a checkpoint (an older version's run), or a folder of results
+                again = (
+                    "--no-resume --overwrite starts the run again, or "
+                    if folder.listed(CONFIG)
+                    else ""
+                )
                 raise RunFolderError(
                     f"--out {path} holds the files of an earlier command "
                     f"({shown(trained)}) but no checkpoint.pt to resume "
-                    "from; choose another --out"
+                    f"from; {again}choose another --out"
                 )
         if resume and not has_checkpoint and folder.listed(CONFIG):
             # one of ours stopped before its first checkpoint: nothing to resume
