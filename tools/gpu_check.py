@@ -19,17 +19,27 @@ the same promises; on CUDA also with CUDA graphs, padded and unpadded), and deco
 (time, BLEU) with the 4-epoch weights, in batches of 128 sentences and in one batch of all of them.
 Beside each timed run without graphs it writes what ``estimate_minutes`` foretold (``estimate_s``).
 
-Writes a JSON to ``--out``; exits 1 when a promise fails, 2 on a bad argument.
+Writes a JSON to ``--out`` (marked ``"format": "aiayn-gpu-check/1"``), atomically, after each run and
+first before any: a new file, or a report of an earlier check, never another file nor one inside a
+run folder; a second check writing into the same folder fails at once. The runs go to a temporary
+folder, removed at the end or on a signal (``--work``: a new or empty folder, kept); the check never
+resumes. Exits 1 when a promise fails or the disk is full, 2 on a bad argument, 128 + the signal's
+number on Ctrl-C, SIGTERM or SIGHUP; every error is one ``error:`` line that names the file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,18 +48,23 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from aiayn import recipes  # noqa: E402
+from aiayn import cli, recipes  # noqa: E402
 from aiayn.batches import eval_batches  # noqa: E402
-from aiayn.data import load_multi30k  # noqa: E402
+from aiayn.checks import atomic_write, sha256_file  # noqa: E402
+from aiayn.data import SPLITS, load_multi30k  # noqa: E402
 from aiayn.estimate import estimate_minutes  # noqa: E402
 from aiayn.layers import set_fast  # noqa: E402
 from aiayn.presets import get_preset  # noqa: E402
-from aiayn.runs import TOKENIZER  # noqa: E402
+from aiayn.recipes import TrainingInterrupted  # noqa: E402
+from aiayn.runs import TOKENIZER, RunFolder, RunFolderError  # noqa: E402
 from aiayn.step import amp_dtype_for, mean_loss  # noqa: E402
 from aiayn.tokenizer import Tokenizer  # noqa: E402
 from aiayn.train import with_cuda_graphs  # noqa: E402
 from aiayn.translation import load_run, translate  # noqa: E402
 
+FORMAT = "aiayn-gpu-check/1"  # a report's "format": what marks a file this tool may replace
+OLD_REPORT_KEYS = {"device", "device_name", "torch", "quick", "promises"}  # a report from before it had one
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 SENTENCES = 64  # validation sentences translated at each evaluation
 # (Adam implementation, amp): what a run uses on CUDA ("auto": fused Adam, bfloat16 from compute
 # capability 8.0, float16 with a scaler below), and their CPU twins, which PyTorch also runs
@@ -114,17 +129,22 @@ def replay(run: Path, device: str, root: str | None, sentences: list[str]) -> di
     return {"val_loss": loss, "translations": translations}
 
 
-def train_and_replay(cfg, name: str, work: Path, device: str, root: str | None, tolerance: float) -> dict:
-    """Train ``cfg`` into ``work/name``, replay it in a fresh process, compare; with the phases' times."""
+def train_and_replay(
+    cfg, name: str, work: Path, scratch: Path, device: str, root: str | None, tolerance: float
+) -> dict:
+    """Train ``cfg`` into ``work/name``, replay it in a fresh process, compare; with the phases' times.
+
+    The sentences go to the replay through a file in ``scratch`` (the check's temporary folder).
+    """
     run = work / name
     sentences = [de for de, _ in load_multi30k("val", root)[:SENTENCES]]
     recorder = Recorder(run, sentences, cfg)
     summary = recipes.train(cfg, run, root=root, device=device, progress=False, hook=recorder)
     wall = time.perf_counter() - recorder.started
     logged = summary.val_loss
-    (work / f"{name}.sentences.json").write_text(json.dumps(sentences))
+    (scratch / f"{name}.sentences.json").write_text(json.dumps(sentences))
     argv = [sys.executable, __file__, "--replay", str(run), "--device", device,
-            "--sentences", str(work / f"{name}.sentences.json")]  # fmt: skip
+            "--sentences", str(scratch / f"{name}.sentences.json")]  # fmt: skip
     if root:
         argv += ["--data", str(root)]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -171,23 +191,25 @@ def _estimate_s(cfg, device_name: str) -> float | None:
         return None
 
 
-def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> dict:
+def check(device: str, quick: bool, root: str | None, work: Path, scratch: Path, log, save) -> dict:
     kind = torch.device(device).type
     tolerance = 1e-6 if kind == "cpu" else 2e-3  # GPU: kernels may add in another order
     smoke = get_preset("multi30k-smoke")  # 3 epochs: a stale copy shows from the 2nd evaluation on
     report: dict = {
+        "format": FORMAT,
         "device": device,
         "device_name": recipes._device_name(torch.device(device)),
         "torch": torch.__version__,
         "quick": quick,
         "promises": [],
     }
+    save(report)  # the file can be written: known now, not after the first run
     runs = [(f"smoke-{adam}-{amp or 'fp32'}", replace(smoke, adam=adam, amp=amp)) for adam, amp in MODES[kind]]
     if kind == "cuda":
         runs.append(("smoke-graphs", with_cuda_graphs(smoke)))
     for name, cfg in runs:
         log(f"{name}: training, then replaying in a fresh process")
-        result = train_and_replay(cfg, name, work, device, root, tolerance)
+        result = train_and_replay(cfg, name, work, scratch, device, root, tolerance)
         report["promises"].append(result)
         save(report)  # what is done so far, should a later part not finish
         log(f"  {'ok' if result['passed'] else 'FAILED'}: val loss {result['val_loss_logged']:.6f} logged, "
@@ -201,7 +223,7 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
                      ("multi30k-4-graphs-unpadded", replace(big, cuda_graphs=True))]  # fmt: skip
         for name, cfg in bigs:
             log(f"{name}: training, then replaying in a fresh process")
-            result = train_and_replay(cfg, name, work, device, root, tolerance)
+            result = train_and_replay(cfg, name, work, scratch, device, root, tolerance)
             if not cfg.cuda_graphs:  # what estimate_minutes foretold, beside what was measured
                 result["estimate_s"] = _estimate_s(cfg, report["device_name"])
             report["promises"].append(result)
@@ -219,52 +241,217 @@ def check(device: str, quick: bool, root: str | None, work: Path, log, save) -> 
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="the JSON to write")
+class Interrupted(Exception):
+    """A signal stopped the check; the message says what is left (exit status 128 + the signal's number)."""
+
+    def __init__(self, message: str, signal_name: str):
+        super().__init__(message)
+        self.signal_name = signal_name
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside a training (inside one, the train code saves and stops)."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Stopped`` as Ctrl-C raises ``KeyboardInterrupt``, so the work folder goes."""
+
+    def stop(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+
+    names = [name for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds a report of this tool (its ``format``, or the keys of one from before it had one)."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(report, dict) and (report.get("format") == FORMAT or OLD_REPORT_KEYS <= report.keys())
+
+
+def _run_folder_around(path: Path) -> Path | None:
+    """The run folder (one with an aiayn ``manifest.json``, or a run from before manifests) that holds ``path``."""
+    parent = path.resolve().parent
+    if RunFolder(parent).is_legacy() and (parent / TOKENIZER).is_file():
+        return parent
+    for folder in (parent, *parent.parents):
+        with contextlib.suppress(RunFolderError, OSError):
+            if RunFolder(folder).has_manifest() and RunFolder(folder).manifest():
+                return folder
+    return None
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` this tool may not write: a folder, a link, a file in a run folder, another file."""
+    if out.is_symlink():
+        raise cli.UsageError(f"--out {out} is a symbolic link; give the name of a plain file (the link is left alone)")
+    if out.is_dir():
+        raise cli.UsageError(f"--out {out} is a folder; expected a file name")
+    run = _run_folder_around(out)
+    if run is not None:
+        raise cli.UsageError(f"--out {out} is inside the run folder {run}, which holds only what its commands "
+                             "write; write the check elsewhere")  # fmt: skip
+    if out.exists() and not is_report(out):
+        raise cli.UsageError(f"--out {out} exists and is not a report of gpu_check.py (no \"format\": "
+                             f"\"{FORMAT}\"); it is left alone: give a new file name")  # fmt: skip
+
+
+def check_work(work: Path) -> None:
+    """Refuse a ``--work`` that is a file or holds anything: the check trains its runs afresh."""
+    if work.exists() and not work.is_dir():
+        raise cli.UsageError(f"--work {work} is a file; expected a new or empty folder for the check's runs")
+    if work.is_dir() and any(work.iterdir()):
+        raise cli.UsageError(f"--work {work} is not empty; the check trains its runs afresh into a new or empty "
+                             "folder: give another")  # fmt: skip
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold a lock on ``folder`` itself (no file is made there); a second check writing into it fails at once."""
+    try:
+        import fcntl
+    except ImportError:  # not on Windows: no lock
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise cli.UsageError(f"another gpu_check.py is writing into {folder}; wait for it to finish, or "
+                                 "write into another folder") from None  # fmt: skip
+        yield
+    finally:
+        os.close(fd)
+
+
+class Report:
+    """The ``--out`` file: written atomically, and only over what is absent, a report, or what it wrote last."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.written: tuple[int, str] | None = None
+        self.runs: int | None = None  # how many runs the file holds
+
+    def save(self, report: dict) -> None:
+        if self.written is None:
+            check_out(self.out)
+        elif self.out.exists() and sha256_file(self.out) != self.written:
+            raise Failed(f"{self.out} was replaced while the check ran (it is not the report the check wrote); "
+                         "it is left alone: run the check again with another --out")  # fmt: skip
+        written = atomic_write(self.out, json.dumps(report, indent=1) + "\n")
+        self.written = written.size, written.sha256
+        self.runs = len(report["promises"])
+
+
+class Failed(Exception):
+    """A failure (exit status 1) said in one line."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = cli.parser("gpu_check.py", __doc__.splitlines()[0])
+    parser.add_argument("--out", help="the JSON to write: a new file, or a report of an earlier check")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--quick", action="store_true", help="the promises only, on short smoke runs")
     parser.add_argument("--data", default=None, help="the Multi30k folder (default $AIAYN_DATA)")
-    parser.add_argument("--work", default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument("--work", default=None, help="a new or empty folder for the runs, kept afterwards "
+                        "(default: a temporary folder, removed)")  # fmt: skip
     parser.add_argument("--replay", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--sentences", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _gpu_check(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.split(":")[0] not in MODES:
-        print(f"error: --device must be cuda or cpu, got {device!r}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(f"--device must be cuda or cpu, got {device!r}")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda, but torch sees no CUDA GPU here; pass --device cpu", file=sys.stderr)
-        return 2
+        raise cli.UsageError("--device cuda, but torch sees no CUDA GPU here; pass --device cpu")
     if args.replay:
         sentences = json.loads(Path(args.sentences).read_text())
         print(json.dumps(replay(Path(args.replay), device, args.data, sentences)))
         return 0
     if not args.out:
-        print("error: --out is required: the JSON file to write", file=sys.stderr)
-        return 2
+        raise cli.UsageError("--out is required: the JSON file to write")
     out = Path(args.out)
-    if out.is_dir():
-        print(f"error: --out {out} is a folder; expected a file name", file=sys.stderr)
-        return 2
+    check_out(out)
+    if args.work:
+        check_work(Path(args.work))
+    for split in SPLITS:  # the runs and the decoding need them: missing ones fail now, not minutes on
+        load_multi30k(split, args.data)
 
     def log(line: str) -> None:
         print(line, flush=True)
 
     start = time.perf_counter()
+    report_file = Report(out)
 
     def save(report: dict) -> None:
         report["wall_s"] = time.perf_counter() - start
-        out.write_text(json.dumps(report, indent=1) + "\n")
+        report_file.save(report)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        work = Path(args.work) if args.work else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        report = check(device, args.quick, args.data, work, log, save)
-    save(report)
+    with locked(out.parent), _stop_on_signals():
+        try:
+            with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+                work = Path(args.work) if args.work else Path(tmp) / "runs"
+                work.mkdir(parents=True, exist_ok=True)
+                report = check(device, args.quick, args.data, work, Path(tmp), log, save)
+                save(report)
+        except (TrainingInterrupted, KeyboardInterrupt) as err:
+            raise _interrupted(err, out, report_file, args.work) from None
     log(f"{'passed' if report['passed'] else 'FAILED'} in {report['wall_s']:.0f} s; wrote {out}")
     return 0 if report["passed"] else 1
+
+
+def _interrupted(err: BaseException, out: Path, report_file: Report, work: str | None) -> Interrupted:
+    """What a signal left, in one line: no run resumes, where the runs are, what was checked."""
+    name = getattr(err, "signal_name", None) or "SIGINT"
+    how = "Ctrl-C" if name == "SIGINT" else name
+    runs = (f"its runs so far stay in {work} (the check does not resume them: run it again with a new "
+            "--work, or none)" if work else
+            "its runs were in a temporary folder, now removed (the check does not resume: run it again "
+            "to start afresh)")  # fmt: skip
+    done = report_file.runs
+    checked = "" if done is None else f"; {out} holds the {done} run{'s' * (done > 1)} checked before" if done else (
+        f"; {out} holds none of its runs yet")  # fmt: skip
+    return Interrupted(f"error: interrupted ({how}); {runs}{checked}", name)
+
+
+def _in_one_line(args: argparse.Namespace) -> int:
+    """``_gpu_check``, with a signal, a failure and a full disk each said in one line."""
+    try:
+        return _gpu_check(args)
+    except Interrupted as err:
+        print(err, file=sys.stderr)
+        return 128 + getattr(signal, err.signal_name)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
+    except Failed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        if err.errno not in DISK_FULL:
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}no room to write it ({err.strerror}); free some space, then run the check "
+              "again", file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.run(_parser(), argv, _in_one_line)
 
 
 if __name__ == "__main__":
