@@ -359,3 +359,33 @@ def test_weights_without_a_config_entry_are_refused_by_name(tmp_path, shared):
         f"{weights} holds no 'config' entry (it holds 'averaged', 'model'): expected the run's config "
         "beside its 'model' weights, as a release writes them; copy it from the release again"
     )
+
+
+# --- The reader's loader apart from the maintainer's tools --------------------------------------------
+
+LOADED = """
+import sys
+from aiayn.published import load_published
+load_published(sys.argv[1])
+print(" ".join(sorted(m for m in sys.modules if m.startswith("aiayn"))))
+"""
+
+
+def test_loading_the_published_model_imports_no_training_or_release_module():
+    """A reader who loads the model gets the model: not the training pipeline, nor the tools that
+    make a release or the book's results (before: 37 of the package's modules, these among them)."""
+    import subprocess
+    import sys
+
+    from conftest import PUBLISHED
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    done = subprocess.run([sys.executable, "-c", LOADED, str(PUBLISHED)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": src}, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "aiayn.model" in loaded and "aiayn.weights_files" in loaded
+    tools = {"aiayn.recipes", "aiayn.training", "aiayn.loop_pieces", "aiayn.step", "aiayn.batches",
+             "aiayn.run_log", "aiayn.history", "aiayn.distributed", "aiayn.cuda_graphs", "aiayn.scoring",
+             "aiayn.release", "aiayn.book_results", "aiayn.export", "aiayn.decoding"}  # fmt: skip
+    assert loaded & tools == set()

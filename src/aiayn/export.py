@@ -248,7 +248,7 @@ def check_model_folder(
         FileNotFoundError: with ``offline``, the folder or one of its files is missing.
     """
     from .published import SHA256
-    from .release import SUMS
+    from .weights_files import SUMS
 
     if os.environ.get("AIAYN_MODEL"):
         named, fix = f"AIAYN_MODEL={folder}", "point AIAYN_MODEL at"

@@ -47,7 +47,6 @@ from typing import Any, NamedTuple
 import torch
 
 from . import cli
-from .book_results import write_attention, write_results
 from .download import (
     DEADLINE_S,
     DOWNLOAD_ERRORS,
@@ -57,10 +56,9 @@ from .download import (
     download_file,
     user_cache_dir,
 )
-from .release import (
+from .weights_files import (
     SUMS,
     WEIGHTS_SUFFIX,
-    prepare_release,
     read_sums,
     read_weights,
     weights_name,
@@ -347,7 +345,7 @@ def load_published(
     Returns:
         ``Published(config, tokenizer, model, averaged)``.
     """
-    from .recipes import TrainConfig, build_model
+    from .presets import TrainConfig, build_model
     from .tokenizer import Tokenizer
 
     directory = fetch_published(
@@ -508,6 +506,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _command(args: argparse.Namespace) -> int:
+    # the maintainer's tools, imported by their commands only: loading the model needs neither
+    from .book_results import write_attention, write_results
+    from .release import prepare_release
+
     if args.command == "release":
         sums = prepare_release(args.run, args.out, half=args.half)
         for name, digest in sums.items():
