@@ -118,6 +118,19 @@ def _lists(weights: dict) -> dict:
     return {kind: w.tolist() for kind, w in weights.items()}
 
 
+# what a step may score: a shortlist, ids outside the vocabulary, <eos> alone, nothing
+SCORED_TARGETS = ([2, 5, 9], [-1, 5], [5, 99999], "eos", [])
+
+
+def _scored_case(vocab: tr.Vocabulary, targets) -> dict:
+    """``scored``'s ids, or its refusal, for the Node tests."""
+    targets = [vocab.eos_id] if targets == "eos" else targets
+    try:
+        return {"targets": targets, "ids": tr.scored(vocab, targets).tolist()}
+    except ValueError as err:
+        return {"targets": targets, "error": str(err)}
+
+
 @pytest.fixture(scope="module")
 def cases(exported, root, tmp_path_factory) -> Path:
     """Python's outputs for the Node tests, in ``cases.json`` in a temporary folder."""
@@ -139,7 +152,8 @@ def cases(exported, root, tmp_path_factory) -> Path:
         src = tokenizer.encode(text) + [vocab.eos_id]
         limit = tr.output_limit(len(src), settings)
         sentences.append({"text": text, "src": src, "limit": limit})
-    record = {"tokens": tokens, "sources": sources, "sentences": sentences}
+    record = {"tokens": tokens, "sources": sources, "sentences": sentences,
+              "scored": [_scored_case(vocab, t) for t in SCORED_TARGETS]}  # fmt: skip
     runs, record["attention"] = {}, {}
     with ThreadPoolExecutor(2) as pool:  # onnxruntime releases the GIL
         for kind in SENTENCES:

@@ -26,6 +26,17 @@ test('bpeEncode and detokenize are sentencepiece\'s', (t) => {
   t.diagnostic(`${cases.tokens.length} texts encoded and decoded alike`);
 });
 
+test('scored gives the ids a step scores, or refuses bad ones, as Python', () => {
+  assert.ok(cases.scored.some((c) => c.error) && cases.scored.some((c) => c.ids));
+  for (const c of cases.scored) {
+    if (c.error) {
+      assert.throws(() => tr.scored(vocab, c.targets), {message: c.error});
+    } else {
+      assert.deepEqual(tr.scored(vocab, c.targets), c.ids);
+    }
+  }
+});
+
 test('sourceIds gives null, or refuses a long sentence, as Python', () => {
   for (const c of cases.sources) {
     const ids = () => tr.sourceIds(vocab, c.text, c.max_len);

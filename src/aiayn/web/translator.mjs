@@ -200,9 +200,24 @@ export function shortlistTargets(record, srcIds, eosId) {
   return [...chosen].sort((a, b) => a - b);
 }
 
-/** The ids a step scores: `targets` (a shortlist, sorted), or every id. */
+/** The ids a step scores: `targets` (a shortlist, sorted), or every id.
+ *  `targets` must hold ids of the vocabulary, and some id besides <eos>: a
+ *  negative id would make the step graph score another one (counted from
+ *  the end), and <eos> alone could only give "". */
 export function scored(vocab, targets) {
-  return targets ?? vocab.pieces.map((_, i) => i);
+  const V = vocab.pieces.length;
+  if (targets == null) return vocab.pieces.map((_, i) => i);
+  const bad = targets.filter((i) => !(Number.isInteger(i) && i >= 0 && i < V));
+  if (bad.length > 0) {
+    throw new RangeError(`targets: expected token ids in [0, ${V}), got ` +
+        `[${bad.slice(0, 3).join(', ')}]`);
+  }
+  if (targets.every((i) => i === vocab.eosId)) {
+    throw new RangeError(`targets: expected some id besides <eos> ` +
+        `(${vocab.eosId}), got [${targets.join(', ')}]: the shortlist is ` +
+        `empty, so the translation would be ''`);
+  }
+  return targets;
 }
 
 /** The most probable token at every step: srcIds (S) -> ids, <bos> first,
