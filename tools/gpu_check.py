@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import os
 import signal
@@ -50,7 +49,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from aiayn import cli, recipes  # noqa: E402
 from aiayn.batches import eval_batches  # noqa: E402
-from aiayn.checks import atomic_write, sha256_file  # noqa: E402
+from aiayn.checks import atomic_write, disk_full, is_disk_full, sha256_file  # noqa: E402
 from aiayn.data import SPLITS, load_multi30k  # noqa: E402
 from aiayn.estimate import estimate_minutes  # noqa: E402
 from aiayn.layers import set_fast  # noqa: E402
@@ -64,7 +63,6 @@ from aiayn.translation import load_run, translate  # noqa: E402
 
 FORMAT = "aiayn-gpu-check/1"  # a report's "format": what marks a file this tool may replace
 OLD_REPORT_KEYS = {"device", "device_name", "torch", "quick", "promises"}  # a report from before it had one
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 SENTENCES = 64  # validation sentences translated at each evaluation
 # (Adam implementation, amp): what a run uses on CUDA ("auto": fused Adam, bfloat16 from compute
 # capability 8.0, float16 with a scaler below), and their CPU twins, which PyTorch also runs
@@ -442,12 +440,9 @@ def _in_one_line(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:
-        if err.errno not in DISK_FULL:
+        if not is_disk_full(err):
             raise
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {where}no room to write it ({err.strerror}); free some space, then run the check "
-              "again", file=sys.stderr)  # fmt: skip
-        return 1
+        raise disk_full(err, "run the check again") from None  # cli.run says it in one line
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,6 @@ argument or an OUT it did not write; every error ends in one ``error:`` line tha
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import re
 import statistics
@@ -39,7 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from aiayn import cli  # noqa: E402
-from aiayn.checks import WrittenFile, resolve_device, sha256_file  # noqa: E402
+from aiayn.checks import (  # noqa: E402
+    WrittenFile,
+    disk_full,
+    is_disk_full,
+    resolve_device,
+    sha256_file,
+)
 from aiayn.data import SPLITS, load_multi30k  # noqa: E402
 from aiayn.presets import PRESETS, get_preset  # noqa: E402
 from aiayn.runs import (  # noqa: E402
@@ -57,7 +62,6 @@ OWN_FILES = re.compile(r"seeds\.json|seed-\d+\.(json|log)")  # what the manifest
 SEED_RUN = re.compile(r"seed-\d+")  # a seed's run folder (the train command's own)
 # a write of this tool killed before its rename: ".seeds.json.k3v_9x1q.tmp"
 OWN_TEMPORARY = re.compile(r"\.(seeds\.json|seed-\d+\.(json|log))\.[a-z0-9_]{8}\.tmp")
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _value(text: str):
@@ -241,12 +245,10 @@ def _in_one_line(args: argparse.Namespace) -> int:
     try:
         return _seeds(args)
     except OSError as err:
-        if err.errno not in DISK_FULL:
+        if not is_disk_full(err):
             raise
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {where}no room to write it ({err.strerror}); free some space, then run the same "
-              "command again (it resumes the seeds' runs)", file=sys.stderr)  # fmt: skip
-        return 1
+        # cli.run says it in one line
+        raise disk_full(err, "run the same command again (it resumes the seeds' runs)") from None
 
 
 def main(argv: list[str] | None = None) -> int:
