@@ -30,7 +30,7 @@ def one_thread():
 @pytest.fixture(scope="session")
 def published():
     """``(model, tokenizer)`` of the published run, in eval mode on the CPU; nothing is written."""
-    from aiayn.translation import load_run
+    from aiayn.runs.load import load_run
 
     if not PUBLISHED.is_dir():
         pytest.fail(f"the published model is missing from {PUBLISHED}")
@@ -41,14 +41,14 @@ def published():
 @pytest.fixture(scope="module")
 def root() -> Path:
     """The Multi30k folder: ``$AIAYN_DATA``, else ``../shared/data/multi30k``; the tests train on it."""
-    from aiayn.data import SHA256
+    from aiayn.data.multi30k import SHA256
 
     folder = Path(os.environ.get("AIAYN_DATA") or DATA)
     missing = [name for name in SHA256 if not (folder / name).is_file()]
     if missing:
         pytest.fail(
             f"Multi30k files {missing} are missing from {folder}: set AIAYN_DATA to the folder "
-            "that holds the six *.gz files (see aiayn.data.load_multi30k)"
+            "that holds the six *.gz files (see aiayn.data.multi30k.load_multi30k)"
         )
     return folder
 
@@ -66,7 +66,7 @@ def cache(tmp_path_factory):
 def exported(tmp_path_factory):
     """The published model exported by ``python -m aiayn.export`` into a temporary folder, the int8
     files scored on the first 100 sentences of test 2016 (greedy and beam 4)."""
-    from aiayn.export import main
+    from aiayn.export.command import main
 
     if not PUBLISHED.is_dir():
         pytest.fail(f"the published model is missing from {PUBLISHED}")

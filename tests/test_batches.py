@@ -6,12 +6,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aiayn.batches import Batch, EpochBatches, PaddedPairs, eval_batches
-from aiayn.data import BOS, EOS, PAD, collate, make_batches
-from aiayn.distributed import shard
-from aiayn.layers import set_fast
+from aiayn.data.multi30k import (
+    BOS,
+    EOS,
+    PAD,
+    collate,
+    make_batches,
+)
+from aiayn.engine.switch import set_fast
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.training.batches import (
+    Batch,
+    EpochBatches,
+    PaddedPairs,
+    eval_batches,
+)
+from aiayn.training.distributed import shard
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -168,8 +179,8 @@ def test_the_train_command_trains_on_padded_shapes_with_the_same_losses(tmp_path
 
     from test_runs import TINY
 
-    import aiayn.recipes as recipes
-    from aiayn.recipes import train
+    import aiayn.runs.recipes as recipes
+    from aiayn.runs.recipes import train
 
     losses, shapes = {}, {}
 

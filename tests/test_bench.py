@@ -31,8 +31,8 @@ from aiayn.bench.run import (
     synthetic_batches,
 )
 from aiayn.bench.timing import pass_order, ratio_summary, timed_rounds
-from aiayn.data import PAD, SHA256, DatasetUnavailable
-from aiayn.layers import set_fast
+from aiayn.data.multi30k import PAD, SHA256, DatasetUnavailable
+from aiayn.engine.switch import set_fast
 from aiayn.model import Transformer, TransformerConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")

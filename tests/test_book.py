@@ -90,7 +90,7 @@ def test_outputs_are_stored_in_order_and_without_errors(path):
 
 # --- outputs that hold on every machine, and pages that read well -------------------------------------------
 
-WIDTH = 77  # characters a code box holds at 1280 px in the theme's font (aiayn.source.WIDTH)
+WIDTH = 77  # characters a code box holds at 1280 px in the theme's font (aiayn.pages.source.WIDTH)
 IGNORE_BUDGET = 16  # every way of not comparing an output, in the whole book
 IGNORE_TAGS = {"nbval-ignore-output", "nbval-skip"}
 NBVAL_COMMENT = re.compile(r"^\s*#\s*NBVAL_(IGNORE_OUTPUT|SKIP)\b", re.M)

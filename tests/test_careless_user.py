@@ -19,17 +19,13 @@ import torch
 from test_runs import PUBLISHED, TINY, copy_run
 
 from aiayn.bleu import corpus_bleu
-from aiayn.data import load_multi30k
-from aiayn.published import load_published
-from aiayn.recipes import train
-from aiayn.runs import RunFolder
-from aiayn.scoring import evaluate
-from aiayn.translation import (
-    average_checkpoints,
-    is_blank,
-    source_ids,
-    translate,
-)
+from aiayn.data.multi30k import load_multi30k
+from aiayn.decoding.translate import is_blank, source_ids, translate
+from aiayn.runs.folder import RunFolder
+from aiayn.runs.load import average_checkpoints
+from aiayn.runs.published import load_published
+from aiayn.runs.recipes import train
+from aiayn.runs.scoring import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -202,7 +198,7 @@ WRITES = """
 import sys
 from pathlib import Path
 from aiayn.checks import AtomicWriter, atomic_write
-from aiayn.runs import RunFolder
+from aiayn.runs.folder import RunFolder
 folder = Path(sys.argv[1])
 run = RunFolder(folder / "run")
 with run.locked():
@@ -312,7 +308,7 @@ def sums(folder: Path, *names: str) -> None:
 
 
 def published_cli(*argv: str, cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn.published", *argv], env=env(cache),
+    return subprocess.run([sys.executable, "-m", "aiayn.runs.published", *argv], env=env(cache),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
@@ -372,7 +368,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_without_torchs_advice(tmp_p
 
 def test_distributed_check_with_a_wrong_count_says_so_in_one_line(cache):
     for n, shown in (("abc", "'abc'"), ("0", "0")):
-        done = subprocess.run([sys.executable, "-m", "aiayn.equivalence", "check", n], env=env(cache),
+        done = subprocess.run([sys.executable, "-m", "aiayn.training.equivalence", "check", n], env=env(cache),
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.stderr == (f"error: argument n: expected an integer >= 1, got {shown} "
                                "(see python -m aiayn.equivalence check --help)\n")  # fmt: skip

@@ -16,15 +16,15 @@ import pytest
 import torch
 from test_batches import V, random_pairs
 
-from aiayn.batches import EpochBatches
-from aiayn.cuda_graphs import GraphedShapes, check_cuda_graphs
-from aiayn.data import PAD
-from aiayn.layers import set_fast
+from aiayn.data.multi30k import PAD
+from aiayn.engine.cuda_graphs import GraphedShapes, check_cuda_graphs
+from aiayn.engine.switch import set_fast
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_scheduler
-from aiayn.step import train_step
-from aiayn.training import fit
+from aiayn.training.batches import EpochBatches
+from aiayn.training.loop import fit
+from aiayn.training.step import train_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -115,7 +115,7 @@ def test_cuda_graphs_are_refused_where_they_cannot_work():
 def test_the_train_command_refuses_cuda_graphs_on_a_cpu_before_writing(tmp_path, root):
     from test_runs import TINY
 
-    from aiayn.recipes import train
+    from aiayn.runs.recipes import train
 
     cfg = TINY.with_changes(cuda_graphs=True, pad_to=16, pad_rows=32)
     with pytest.raises(ValueError, match=r"CUDA graphs need a CUDA device, got cpu"):
@@ -151,10 +151,10 @@ def test_the_train_command_steps_through_graphed_shapes_and_saves_the_plain_mode
 
     from test_runs import TINY
 
-    import aiayn.recipes as recipes
-    import aiayn.training as training
-    from aiayn.recipes import train
-    from aiayn.translation import load_run
+    import aiayn.runs.recipes as recipes
+    import aiayn.training.loop as training
+    from aiayn.runs.load import load_run
+    from aiayn.runs.recipes import train
 
     captures = EagerCapture()
     monkeypatch.setattr(recipes, "check_cuda_graphs", lambda device, world: None)

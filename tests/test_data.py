@@ -1,4 +1,4 @@
-"""aiayn.data and aiayn.tokenizer: checked Multi30k files, offline and download paths, the sentencepiece tokenizer,
+"""aiayn.data (multi30k, tokenizer): checked Multi30k files, offline and download paths, the sentencepiece tokenizer,
 token-budget batches."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import data as D
-from aiayn import download
-from aiayn import published as P
-from aiayn import tokenizer as T
+from aiayn.data import download
+from aiayn.data import multi30k as D
+from aiayn.data import tokenizer as T
 from aiayn.masks import shift_right
+from aiayn.runs import published as P
 
 REPO = Path(__file__).resolve().parents[1]
 

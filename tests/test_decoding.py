@@ -1,4 +1,4 @@
-"""aiayn.decoding: greedy decoding, beam search and sampling, on random and trained models."""
+"""aiayn.decoding.search: greedy decoding, beam search and sampling, on random and trained models."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from aiayn import decoding_common
-from aiayn.batches import copy_task_batches
-from aiayn.decoding import (
+from aiayn.decoding import common as decoding_common
+from aiayn.decoding.search import (
     BeamSearchOutput,
     beam_search,
     decode_sorted,
@@ -22,12 +21,14 @@ from aiayn.decoding import (
     length_penalty_limit,
     sample,
 )
-from aiayn.kv_cache import KVCache, decode_cached, new_cache
+from aiayn.engine.kv_cache import KVCache, decode_cached, new_cache
+from aiayn.engine.switch import set_fast
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.masks import decoder_mask, padding_mask
-from aiayn.model import Transformer, TransformerConfig, set_fast
+from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
-from aiayn.training import fit
+from aiayn.training.batches import copy_task_batches
+from aiayn.training.loop import fit
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12

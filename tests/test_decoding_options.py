@@ -14,25 +14,22 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from aiayn import scoring, translation
 from aiayn.cli import UsageError
-from aiayn.decoding import (
+from aiayn.decoding import translate as translation
+from aiayn.decoding.search import (
     beam_search,
     decode_sorted,
     greedy_decode,
     onednn_available,
     onednn_linear,
 )
+from aiayn.decoding.translate import describe_decoding, translate
+from aiayn.engine.precision import cpu_has_native_bf16, int8_copy
+from aiayn.engine.switch import set_fast
 from aiayn.evaluate import _parser
-from aiayn.layers import set_fast
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.scoring import evaluate
-from aiayn.translation import (
-    cpu_has_native_bf16,
-    describe_decoding,
-    int8_copy,
-    translate,
-)
+from aiayn.runs import scoring
+from aiayn.runs.scoring import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,7 +162,7 @@ def test_describe_decoding():
 
 
 def test_settings_with_an_option_are_kept_apart():
-    from aiayn.presets import TrainConfig
+    from aiayn.runs.presets import TrainConfig
 
     cfg = TrainConfig()
     args = (cfg, "val", cfg.beam, cfg.length_penalty, cfg.test_subset, True)

@@ -26,9 +26,9 @@ from aiayn.layers import (
 )
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.presets import PRESETS, TrainConfig
+from aiayn.runs.presets import PRESETS, TrainConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
-from aiayn.training import fit
+from aiayn.training.loop import fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""aiayn.distributed: two gloo ranks train as one process would, only rank 0 writes, resume is exact."""
+"""aiayn.training.distributed: two gloo ranks train as one process would, only rank 0 writes, resume is exact."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from test_runs import (
     wait_for_steps,
 )
 
-from aiayn import distributed, equivalence
-from aiayn.batches import EpochBatches
-from aiayn.runs import RunFolder
+from aiayn.runs.folder import RunFolder
+from aiayn.training import distributed, equivalence
+from aiayn.training.batches import EpochBatches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

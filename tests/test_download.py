@@ -1,4 +1,4 @@
-"""aiayn.download: one downloader and one ChecksumError for Multi30k and the published model; no network."""
+"""aiayn.data.download: one downloader and one ChecksumError for Multi30k and the published model; no network."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from aiayn import data, download, published
+from aiayn.data import download
+from aiayn.data import multi30k as data
+from aiayn.runs import published
 
 
 class Trickle:

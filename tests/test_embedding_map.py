@@ -1,12 +1,18 @@
-"""aiayn.embedding_map on small hand-made tables: neighbours, ranks, analogies, the PCA map, bad input."""
+"""aiayn.pages.embedding_map on small hand-made tables: neighbours, ranks, analogies, the PCA map, bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from aiayn.embedding_map import analogy, nearest, pca_2d, rank_of, unit_table
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.pages.embedding_map import (
+    analogy,
+    nearest,
+    pca_2d,
+    rank_of,
+    unit_table,
+)
 
 # five unit vectors in 3-D: 1 is next to 0, 2 further, 3 opposite, 4 a mix
 UNIT = torch.nn.functional.normalize(

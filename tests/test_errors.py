@@ -15,19 +15,19 @@ import pytest
 import torch
 
 from aiayn import bench, cli
-from aiayn import data as D
 from aiayn import evaluate as evaluate_cli
-from aiayn import onnx_translator as tr
 from aiayn import train as train_cli
 from aiayn.attention import MultiHeadAttention
-from aiayn.batches import copy_task_batches
-from aiayn.decoding import gnmt_length_penalty, length_penalty_limit
+from aiayn.data import multi30k as D
+from aiayn.decoding.search import gnmt_length_penalty, length_penalty_limit
+from aiayn.decoding.translate import translate
+from aiayn.export import translator as tr
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.runs.scoring import evaluate
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
-from aiayn.scoring import evaluate
-from aiayn.training import fit
-from aiayn.translation import translate
+from aiayn.training.batches import copy_task_batches
+from aiayn.training.loop import fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -225,7 +225,7 @@ def test_the_missing_message_lists_all_six_files(tmp_path):
 
 
 
-# --- The page's Python twin reading an export (aiayn.onnx_translator) --------------------------------
+# --- The page's Python twin reading an export (aiayn.export.translator) --------------------------------
 
 AGAIN = "export the run again (python -m aiayn.export)"
 
@@ -236,7 +236,7 @@ def page_files(tmp_path_factory):
     shortlist.json, without the graphs (a damaged graph is tested apart)."""
     from conftest import PUBLISHED
 
-    from aiayn.onnx_graphs import tokenizer_record
+    from aiayn.export.graphs import tokenizer_record
 
     folder = tmp_path_factory.mktemp("page")
     record = tokenizer_record(D.Tokenizer(PUBLISHED / "tokenizer.model"))
@@ -269,7 +269,7 @@ def test_a_tokenizer_json_without_its_fields_is_refused_by_name(page_files, tmp_
     with pytest.raises(ValueError) as refused:
         tr.Vocabulary.load(folder)
     assert str(refused.value) == (
-        f"{folder / 'tokenizer.json'} is not a tokenizer record of aiayn.onnx_graphs: expected pieces, types, "
+        f"{folder / 'tokenizer.json'} is not a tokenizer record of aiayn.export.graphs: expected pieces, types, "
         f"pad_id, bos_id, eos_id, unk_id and add_dummy_prefix (no 'types'); {AGAIN}"
     )
 

@@ -1,4 +1,4 @@
-"""The export (aiayn.onnx_graphs, aiayn.export): the ONNX graphs equal the PyTorch model, the BLEU is its files'."""
+"""The export (aiayn.export: graphs, command): the ONNX graphs equal the PyTorch model, the BLEU is its files'."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import PUBLISHED
 
-from aiayn import onnx_graphs as graphs
-from aiayn import onnx_translator as tr
 from aiayn.checks import sha256_file
-from aiayn.data import BOS, EOS, load_multi30k
-from aiayn.decoding import beam_search, decode_sorted
+from aiayn.data.multi30k import BOS, EOS, load_multi30k
+from aiayn.decoding.search import beam_search, decode_sorted
+from aiayn.export import graphs
+from aiayn.export import translator as tr
 
 SETTINGS = json.loads((PUBLISHED / "config.json").read_text())
 
@@ -82,7 +82,7 @@ def test_the_cache_translates_as_the_whole_prefix_decoder(exported, root, one_th
     prefix (PrefixModel), the same search over both: float32, the same tokens on every sentence;
     int8, on nearly every one (activations are quantized per tensor as they run, and a step's tensor
     holds the new position only, the whole prefix's all of them: the rounding steps differ)."""
-    from aiayn.onnx_prefix import PrefixModel
+    from aiayn.export.prefix import PrefixModel
 
     vocab = tr.Vocabulary.load(exported)
     val = load_multi30k("val", root)[:12]
@@ -183,7 +183,7 @@ def test_export_reads_odd_input_as_translation_does(published, exported):
     page's twin) and translation.source_ids (sentencepiece) give the same ids, or both None."""
     from test_web_js import ODD_INPUT
 
-    from aiayn.translation import source_ids
+    from aiayn.decoding.translate import source_ids
 
     _, tokenizer = published
     vocab = tr.Vocabulary.load(exported)

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiayn import export as ex
 from aiayn.checks import sha256_file
-from aiayn.onnx_graphs import GRAPHS
-from aiayn.presets import PRESETS
-from aiayn.recipes import train
+from aiayn.export import command as ex
+from aiayn.export.graphs import GRAPHS
+from aiayn.runs.presets import PRESETS
+from aiayn.runs.recipes import train
 
 # Two training steps of a small model: a run folder with config.json, checkpoint.pt and a manifest.
 TWO_STEPS = PRESETS["multi30k-smoke"].with_changes(
@@ -49,7 +49,7 @@ def run(tmp_path_factory, root, cache) -> Path:
 def command(argv, root, **popen) -> subprocess.Popen:
     """``python -m aiayn.export ARGV`` in a process of its own, stdout piped, on the test data."""
     env = {**os.environ, "AIAYN_DATA": str(root), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "aiayn.export", *map(str, argv)], env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "aiayn.export.command", *map(str, argv)], env=env, text=True,
                             stdout=subprocess.PIPE, **popen)  # fmt: skip
 
 
@@ -236,7 +236,7 @@ def test_an_earlier_export_is_replaced_whole_and_names_no_path(exported, run, ro
 def test_without_a_shortlist_the_export_scores_every_id(run, root, tmp_path):
     """``--shortlist none``: no shortlist.json, none in the manifest (so the page fetches none), and the
     search reads the folder as one whose steps score every id."""
-    from aiayn import onnx_translator as tr
+    from aiayn.export import translator as tr
 
     out = tmp_path / "export"
     code, stdout, err = export_cli([run, "--out", out, "--bleu", "none", "--shortlist", "none"], root)

@@ -16,8 +16,12 @@ from aiayn.attention import (
     prepare_mask,
     set_fused,
 )
-from aiayn.fast_attention import FastMultiHeadAttention, packed_weights_kept
-from aiayn.layers import LayerNorm, set_fast
+from aiayn.engine.fast_attention import (
+    FastMultiHeadAttention,
+    packed_weights_kept,
+)
+from aiayn.engine.switch import set_fast
+from aiayn.layers import LayerNorm
 from aiayn.masks import decoder_mask, padding_mask
 from aiayn.model import Transformer, TransformerConfig
 

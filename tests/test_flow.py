@@ -16,8 +16,8 @@ import pytest
 
 import aiayn
 from aiayn import train as train_cli
-from aiayn.data import SHA256
-from aiayn.presets import PRESETS
+from aiayn.data.multi30k import SHA256
+from aiayn.runs.presets import PRESETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.runs import RunFolder
+from aiayn.runs.folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "gpu_check.py"
@@ -193,8 +193,8 @@ def test_a_timed_run_carries_the_estimate_of_its_gpu():
     import importlib.util
     from dataclasses import replace
 
-    from aiayn.estimate import estimate_minutes
-    from aiayn.presets import get_preset
+    from aiayn.bench.estimate import estimate_minutes
+    from aiayn.runs.presets import get_preset
 
     spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
     tool = importlib.util.module_from_spec(spec)

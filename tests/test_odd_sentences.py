@@ -15,9 +15,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from aiayn.data import load_multi30k  # noqa: E402
-from aiayn.translation import normalise, source_ids, translate  # noqa: E402
-from aiayn.widgets import Translator  # noqa: E402
+from aiayn.data.multi30k import load_multi30k  # noqa: E402
+from aiayn.decoding.translate import normalise, source_ids, translate  # noqa: E402
+from aiayn.pages.widgets import Translator  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

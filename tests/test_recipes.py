@@ -17,26 +17,28 @@ from aiayn import evaluate as evaluate_cli
 from aiayn import train as train_cli
 from aiayn.attention import set_fused
 from aiayn.bench.contenders import TorchTransformer
+from aiayn.bench.estimate import estimate_minutes
 from aiayn.bench.flops import training_flops
 from aiayn.bench.run import synthetic_batches
-from aiayn.checkpoints import save_checkpoint
-from aiayn.data import BOS, EOS, PAD, load_multi30k
-from aiayn.decoding import beam_search
-from aiayn.estimate import estimate_minutes
-from aiayn.fast_attention import FastMultiHeadAttention
-from aiayn.layers import set_fast
+from aiayn.data.multi30k import (
+    BOS,
+    EOS,
+    PAD,
+    load_multi30k,
+)
+from aiayn.decoding.search import beam_search
+from aiayn.decoding.translate import translate
+from aiayn.engine.fast_attention import FastMultiHeadAttention
+from aiayn.engine.switch import set_fast
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.presets import PRESETS, TrainConfig, get_preset
-from aiayn.recipes import train
-from aiayn.runs import ResumeError
-from aiayn.scoring import evaluate
-from aiayn.step import amp_dtype_for
-from aiayn.translation import (
-    average_checkpoints,
-    load_run,
-    translate,
-)
+from aiayn.runs.folder import ResumeError
+from aiayn.runs.load import average_checkpoints, load_run
+from aiayn.runs.presets import PRESETS, TrainConfig, get_preset
+from aiayn.runs.recipes import train
+from aiayn.runs.scoring import evaluate
+from aiayn.training.checkpoints import save_checkpoint
+from aiayn.training.step import amp_dtype_for
 
 SMOKE = PRESETS["multi30k-smoke"]
 PUBLISHED = Path(__file__).resolve().parents[1].parent / "shared/runs/multi30k-h100"
@@ -270,7 +272,7 @@ def _terms_add_up(e) -> None:
 
 
 def test_t4_estimate_prints_its_terms_and_two_t4s_take_fewer_minutes(monkeypatch):
-    from aiayn import estimate
+    from aiayn.bench import estimate
 
     t4 = PRESETS["multi30k-t4"]
     one, two = (estimate_minutes(t4, "Tesla T4", gpus=n) for n in (1, 2))
@@ -306,7 +308,7 @@ def test_t4_estimate_prints_its_terms_and_two_t4s_take_fewer_minutes(monkeypatch
 
 def test_epoch_sizes_are_those_of_the_published_run():
     """The sizes of an epoch the estimate starts from, recomputed from the run's summary.json and metrics.jsonl."""
-    from aiayn import estimate
+    from aiayn.bench import estimate
 
     summary = json.loads((PUBLISHED / "summary.json").read_text())
     steps = [json.loads(line) for line in (PUBLISHED / "metrics.jsonl").read_text().splitlines()]
@@ -320,8 +322,8 @@ def test_epoch_sizes_are_those_of_the_published_run():
 
 def test_time_estimate_starts_from_measured_runs_and_foretells_the_h200_run():
     """The step measured on the H100 comes back out of the model; the H200's 4-epoch run is foretold within 15 %."""
-    from aiayn import estimate
-    from aiayn.published import results_dir
+    from aiayn.bench import estimate
+    from aiayn.runs.published import results_dir
 
     m = estimate._measured()
     h100 = json.loads((results_dir() / "torchrun.h100.json").read_text())
@@ -347,7 +349,7 @@ def test_time_estimate_starts_from_measured_runs_and_foretells_the_h200_run():
 
 
 def test_other_models_count_their_ops_on_the_cpu_and_say_so():
-    from aiayn import estimate
+    from aiayn.bench import estimate
 
     smoke = get_preset("multi30k-smoke", amp="bf16")
     assert not estimate._same_path(smoke.model)  # another depth
@@ -358,7 +360,7 @@ def test_other_models_count_their_ops_on_the_cpu_and_say_so():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_op_count_of_the_timed_step_is_what_count_step_ops_gives_there():
-    from aiayn import estimate
+    from aiayn.bench import estimate
 
     torch.manual_seed(0)
     model = Transformer(PRESETS["multi30k"].model).cuda()
@@ -431,7 +433,7 @@ def test_the_train_command_trains_with_set_fast_and_compiles_with_dynamic_shapes
 ):
     """A fused-attention preset trains on every fast path (proven equal in test_training.py), and
     --compile compiles once for all batch shapes; on a CPU it says that compiling is slower."""
-    import aiayn.recipes as recipes
+    import aiayn.runs.recipes as recipes
     from aiayn.attention import MultiHeadAttention
     from aiayn.layers import LayerNorm
     from aiayn.model import Transformer

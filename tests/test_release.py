@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import published as P
-from aiayn import release as R
-from aiayn.data import load_multi30k
-from aiayn.presets import PRESETS
-from aiayn.recipes import train
-from aiayn.scoring import evaluate
-from aiayn.translation import load_run, translate
+from aiayn.data.multi30k import load_multi30k
+from aiayn.decoding.translate import translate
+from aiayn.runs import published as P
+from aiayn.runs import release as R
+from aiayn.runs.load import load_run
+from aiayn.runs.presets import PRESETS
+from aiayn.runs.recipes import train
+from aiayn.runs.scoring import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,7 +53,7 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 def release(run: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_CACHE_HOME": str(cache)}
-    argv = [sys.executable, "-m", "aiayn.published", "release", str(run), "--out", str(out), *extra]
+    argv = [sys.executable, "-m", "aiayn.runs.published", "release", str(run), "--out", str(out), *extra]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 

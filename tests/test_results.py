@@ -1,4 +1,4 @@
-"""The published run's figures shipped with the package (aiayn.published.results_dir()): small, complete,
+"""The published run's figures shipped with the package (aiayn.runs.published.results_dir()): small, complete,
 and re-scored to the BLEU the book states."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from aiayn.bleu import corpus_bleu
-from aiayn.data import load_multi30k
-from aiayn.published import results_dir
+from aiayn.data.multi30k import load_multi30k
+from aiayn.runs.published import results_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_dir()
@@ -138,7 +138,7 @@ def test_the_chapter_states_the_rescored_bleu(rescored):
 def test_the_laptop_record_is_the_laptop_preset():
     from dataclasses import asdict
 
-    from aiayn.recipes import PRESETS, TrainConfig
+    from aiayn.runs.recipes import PRESETS, TrainConfig
 
     laptop = json.loads((RESULTS / "laptop.json").read_text())
     assert laptop["command"].startswith(
@@ -224,7 +224,7 @@ def test_the_committed_attention_is_the_published_models():
     """Chapter 11's explorer without the weights shows what the model computes, to a thousandth."""
     import torch
 
-    from aiayn.published import load_published
+    from aiayn.runs.published import load_published
     from aiayn.viz.translation import (
         load_attention_examples,
         model_attention,
@@ -275,7 +275,7 @@ def _same(saved, again, where: str = "record") -> None:
 
 def test_the_committed_embedding_map_is_the_published_models(published, root):
     """Chapter 2.3's map, neighbours, pairs and analogies: what the published table gives again."""
-    from aiayn.embedding_map import embedding_map, load_embedding_map
+    from aiayn.pages.embedding_map import embedding_map, load_embedding_map
 
     model, tokenizer = published
     again = json.loads(json.dumps(embedding_map(model, tokenizer, load_multi30k("train", root, download=False))))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from aiayn import checks
-from aiayn.presets import PRESETS
-from aiayn.recipes import train
-from aiayn.translation import load_run
+from aiayn.runs.load import load_run
+from aiayn.runs.presets import PRESETS
+from aiayn.runs.recipes import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

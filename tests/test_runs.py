@@ -16,11 +16,11 @@ import torch
 
 from aiayn import evaluate as eval_cli
 from aiayn import train as train_cli
-from aiayn.presets import PRESETS
-from aiayn.recipes import train
-from aiayn.runs import ResumeError, RunFolder, RunFolderError
-from aiayn.scoring import evaluate
-from aiayn.translation import load_run
+from aiayn.runs.folder import ResumeError, RunFolder, RunFolderError
+from aiayn.runs.load import load_run
+from aiayn.runs.presets import PRESETS
+from aiayn.runs.recipes import train
+from aiayn.runs.scoring import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -391,7 +391,7 @@ def run_eval_cli(argv, capsys) -> tuple[int, str]:
 
 
 def test_evaluate_refuses_a_held_lock_and_damaged_results_before_decoding(evaluated_run, root, monkeypatch):
-    import aiayn.translation as translation
+    import aiayn.decoding.translate as translation
 
     run, _ = evaluated_run
     with monkeypatch.context() as mp:
@@ -523,7 +523,7 @@ import os, runpy, signal, sys, time
 phase, signum = sys.argv[1], getattr(signal, sys.argv[2])
 sys.argv = [sys.argv[0], *sys.argv[3:]]
 torchrun = "LOCAL_RANK" in os.environ
-import aiayn.loop_pieces as pieces, aiayn.run_log as run_log
+import aiayn.training.loop_pieces as pieces, aiayn.runs.run_log as run_log
 module, name, nth = {
     "step": (pieces, "train_step", 5),           # the 5th step, mid-epoch
     "validation": (pieces, "mean_loss", 1),      # the first epoch's validation
@@ -583,7 +583,7 @@ def test_a_signal_at_any_moment_of_a_run_leaves_a_checkpoint_it_resumes_from(str
 # as ENOSPC on a full disk); the epoch weights (0.8 MB) still fit, the next checkpoint (2.4 MB) does not.
 FILLS_AFTER_THE_FIRST_CHECKPOINT = """
 import resource, runpy, signal, sys
-from aiayn.runs import RunFolder
+from aiayn.runs.folder import RunFolder
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 record = RunFolder.record
 def filling(self, name, written, **more):

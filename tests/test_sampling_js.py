@@ -1,4 +1,4 @@
-"""The page's sampler, aiayn/web/sampling.mjs, is aiayn.decoding.sample's choice and aiayn.seeded.
+"""The page's sampler, aiayn/web/sampling.mjs, is aiayn.decoding.search.sample's choice and aiayn.decoding.seeded.
 
 Python writes its draws for random logits under every kind of setting to tests/js/sampling.cases.json
 (``python tests/test_sampling_js.py`` writes it again); tests/js/sampling.test.mjs makes the same draws in
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.decoding import sample, sampling_probs
+from aiayn.decoding.search import sample, sampling_probs
+from aiayn.decoding.seeded import Mulberry32, draw
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.seeded import Mulberry32, draw
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests/js/sampling.cases.json"
@@ -51,7 +51,7 @@ def sampling_cases() -> dict:
         for seed in (0, 1, 42, 2**31, 2**32 - 1)
     }
     return {
-        "what": "aiayn.seeded and aiayn.decoding.sampling_probs (tests/test_sampling_js.py writes this file)",
+        "what": "aiayn.decoding.seeded and search.sampling_probs (tests/test_sampling_js.py writes this file)",
         "streams": {str(k): v for k, v in streams.items()},
         "draws": cases,
     }

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.presets import get_preset
-from aiayn.runs import RunFolder
+from aiayn.runs.folder import RunFolder
+from aiayn.runs.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "seeds.py"

@@ -4,7 +4,7 @@ A run's ``TrainConfig`` (and its model's sizes) is checked when it is built: fro
 ``--config`` file (``from_dict``) or with ``with_changes``. ``pad_rows: 100000`` in a ``--config``
 once grew the train command to 23 GB until the kernel killed it; ``cpu_threads: 1000`` and
 ``length_penalty: Infinity`` were accepted (the second then refused by evaluate). ``python -m
-aiayn.equivalence check 1000000000`` started a billion processes' worth of torchrun.
+aiayn.training.equivalence check 1000000000`` started a billion processes' worth of torchrun.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from aiayn import distributed, equivalence
 from aiayn import train as train_cli
-from aiayn.presets import PRESETS, TrainConfig, get_preset
+from aiayn.runs.presets import PRESETS, TrainConfig, get_preset
+from aiayn.training import distributed, equivalence
 
 SMOKE = PRESETS["multi30k-smoke"]
 PUBLISHED = Path(os.environ.get("AIAYN_MODEL") or Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100")

@@ -1,4 +1,4 @@
-"""The lexical shortlist (aiayn.shortlist): what it lists, and that the step graph scores it as the
+"""The lexical shortlist (aiayn.export.shortlist): what it lists, and that the step graph scores it as the
 whole vocabulary's softmax renormalised over the list."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from aiayn import onnx_translator as tr
-from aiayn import shortlist as sl
-from aiayn.data import Tokenizer, load_multi30k
+from aiayn.data.multi30k import Tokenizer, load_multi30k
+from aiayn.export import shortlist as sl
+from aiayn.export import translator as tr
 
 PAIRS = [  # source ids -> target ids: 10 goes with 20, 11 with 21; 30 is in every target
     ([10, 11], [20, 21, 30]),
@@ -74,7 +74,7 @@ def test_the_published_translations_use_pieces_of_their_sentence_s_shortlist(exp
     every id scored, PyTorch) that are not on their sentence's list: 371 of 12,982 (2.9 %) when
     this was written, at most 1 in 25 here. (The shortlisted search writes others in their place;
     its BLEU is the manifest's.)"""
-    from aiayn.published import model_dir
+    from aiayn.runs.published import model_dir
 
     tokenizer = Tokenizer(model_dir() / "tokenizer.model")
     record, eos = sl.load(exported), tr.Vocabulary.load(exported).eos_id

@@ -1,4 +1,4 @@
-"""aiayn.source: the package's code shown on the page is the installed code, without its docstring, and fits."""
+"""aiayn.pages.source: the package's code shown on the page is the installed code, without its docstring, and fits."""
 
 import importlib
 import inspect
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from aiayn import source
-from aiayn.source import SourceBlock, show_source, source_of
+from aiayn.pages import source
+from aiayn.pages.source import SourceBlock, show_source, source_of
 
 
 def _short(x, y):
@@ -43,7 +43,7 @@ def test_class_source_drops_a_one_line_docstring_after_a_decorator():
 def test_block_renders_as_highlighted_python_naming_the_object():
     block = show_source(source.source_of)
     markdown = block._repr_markdown_()
-    assert markdown.startswith("`aiayn.source.source_of`, from `aiayn/source.py`:")
+    assert markdown.startswith("`aiayn.pages.source.source_of`, from `aiayn/pages/source.py`:")
     assert "```python\ndef source_of(" in markdown
     assert isinstance(block, SourceBlock) and block.code == source_of(source.source_of)
 
@@ -218,7 +218,7 @@ def test_every_function_of_the_page_translator_can_be_shown():
 
 
 def test_bleu_page_mounts_a_module_the_site_serves():
-    from aiayn.source import bleu_page
+    from aiayn.pages.source import bleu_page
 
     html = bleu_page().data
     module = re.search(r'import\("\.\./_static/translator/(\w+\.mjs)"\)', html)

@@ -18,18 +18,18 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from aiayn import fast_attention
-from aiayn.decoding import (
+from aiayn.decoding.search import (
     beam_search,
     greedy_decode,
     onednn_available,
     onednn_linear,
 )
-from aiayn.fast_attention import FastMultiHeadAttention
-from aiayn.layers import set_fast
-from aiayn.presets import build_model, get_preset
+from aiayn.engine import fast_attention
+from aiayn.engine.fast_attention import FastMultiHeadAttention
+from aiayn.engine.switch import set_fast
+from aiayn.runs.load import average_checkpoints
+from aiayn.runs.presets import build_model, get_preset
 from aiayn.schedule import make_optimizer
-from aiayn.translation import average_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 BOS, EOS = 1, 2

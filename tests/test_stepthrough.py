@@ -1,4 +1,4 @@
-"""The published model stepped through (aiayn.stepthrough): the committed record is what the model
+"""The published model stepped through (aiayn.pages.stepthrough): the committed record is what the model
 computes, its steps compose, and the model's own forward pass gives the same layer outputs."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.data import load_multi30k
-from aiayn.published import results_dir
-from aiayn.stepthrough import (
+from aiayn.data.multi30k import load_multi30k
+from aiayn.pages.stepthrough import (
     LINE,
     STEPTHROUGH,
     load_stepthrough,
@@ -21,6 +20,7 @@ from aiayn.stepthrough import (
     step_through,
     write_stepthrough,
 )
+from aiayn.runs.published import results_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = load_stepthrough()
@@ -75,7 +75,7 @@ def test_the_record_is_the_published_models(published, sentence):
 def test_the_stored_layer_outputs_are_the_models_forward_pass(published):
     """Forward hooks on every layer of the ordinary forward pass see the stored outputs."""
     from aiayn.attention import set_fused
-    from aiayn.data import BOS, EOS
+    from aiayn.data.multi30k import BOS, EOS
 
     model, tokenizer = published
     src = torch.tensor([tokenizer.encode(SAVED["source"]) + [EOS]])

@@ -1,4 +1,4 @@
-"""aiayn.training: Noam schedule, label smoothing, batches, the training loop, checkpoints and exact resume."""
+"""aiayn.training.loop: Noam schedule, label smoothing, batches, the training loop, checkpoints and exact resume."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aiayn.batches import Batch, copy_task_batches
-from aiayn.checkpoints import load_checkpoint, save_checkpoint
-from aiayn.decoding import greedy_decode
-from aiayn.history import History
+from aiayn.decoding.search import greedy_decode
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
-from aiayn.step import amp_dtype_for, make_grad_scaler, train_step
-from aiayn.training import fit
+from aiayn.training.batches import Batch, copy_task_batches
+from aiayn.training.checkpoints import load_checkpoint, save_checkpoint
+from aiayn.training.history import History
+from aiayn.training.loop import fit
+from aiayn.training.step import amp_dtype_for, make_grad_scaler, train_step
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12
@@ -583,7 +583,7 @@ def test_training_with_set_fast_equals_the_fused_model_step_for_step():
     """What the train command does (``set_fast`` on a fused-attention model) changes no number
     that matters: with dropout on, the same masks are drawn, so the losses of 8 Adam steps and the
     weights after them agree with the fused-only model's to float rounding."""
-    from aiayn.layers import set_fast
+    from aiayn.engine.switch import set_fast
 
     def run(fast: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
         torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Tests for the chapter 5 (attention) helpers in aiayn.viz and aiayn.widgets: specs, data, callbacks."""
+"""Tests for the chapter 5 (attention) helpers in aiayn.viz and aiayn.pages.widgets: specs, data, callbacks."""
 
 import math
 
@@ -10,7 +10,8 @@ import torch
 matplotlib.use("Agg")
 
 from aiayn.attention import MultiHeadAttention, set_fused  # noqa: E402
-from aiayn.viz import (  # noqa: E402
+from aiayn.pages.widgets import AttentionTemperatureExplorer  # noqa: E402
+from aiayn.viz import (
     attention_heads_figure,
     attention_heatmap,
     paper_figure2,
@@ -18,7 +19,6 @@ from aiayn.viz import (  # noqa: E402
     softmax_temperature_chart,
     update_attention_heads,
 )
-from aiayn.widgets import AttentionTemperatureExplorer  # noqa: E402
 
 KEYS = ["we", "sat", "on", "the", "bank", "of", "the", "river"]
 SCORES = [0.3, 1.1, -0.2, 0.0, 2.4, 0.1, 0.0, 2.9]

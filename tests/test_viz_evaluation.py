@@ -1,5 +1,5 @@
 """Tests for the helpers of chapters 9 (BLEU) and 10 (label smoothing): aiayn.calibration, and their
-additions to aiayn.viz and aiayn.widgets."""
+additions to aiayn.viz and aiayn.pages.widgets."""
 
 import math
 import re
@@ -11,12 +11,13 @@ import torch
 matplotlib.use("Agg")
 
 from aiayn.bleu import sentence_bleu  # noqa: E402
-from aiayn.calibration import (  # noqa: E402
+from aiayn.calibration import (
     confidence_and_correct,
     expected_calibration_error,
     reliability_bins,
 )
-from aiayn.viz import (  # noqa: E402
+from aiayn.pages.widgets import BleuCalculator  # noqa: E402
+from aiayn.viz import (
     bleu_match_html,
     bleu_table,
     brevity_penalty_figure,
@@ -26,7 +27,6 @@ from aiayn.viz import (  # noqa: E402
     smoothing_loss_figure,
 )
 from aiayn.viz.evaluation import _bleu_ngram_status  # noqa: E402
-from aiayn.widgets import BleuCalculator  # noqa: E402
 
 THANKS = "Thank you so much, my brother"
 COUCH = "A man sleeping in a green room on a couch."

@@ -178,7 +178,7 @@ def test_embedding_scale_chart_matches_measured_norms():
 def test_embedding_map_chart_highlights_the_record_s_neighbours(piece):
     from vega_runner import vega_data
 
-    from aiayn.embedding_map import load_embedding_map
+    from aiayn.pages.embedding_map import load_embedding_map
 
     record = load_embedding_map()
     where = {p["piece"]: p for p in record["pieces"]}
@@ -202,7 +202,7 @@ def test_embedding_map_chart_highlights_the_record_s_neighbours(piece):
 
 
 def test_embedding_map_chart_rejects_a_piece_off_the_map():
-    from aiayn.embedding_map import load_embedding_map
+    from aiayn.pages.embedding_map import load_embedding_map
 
     with pytest.raises(ValueError, match="piece 'Hund' is not on the map; it holds 300 pieces"):
         viz.embedding_map_chart(load_embedding_map(), piece="Hund")

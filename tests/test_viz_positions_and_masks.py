@@ -256,7 +256,7 @@ def test_mask_chart_cells_match_the_package(kind, seq_len, n_pad):
 
 def test_positional_encoding_explorer_sliders_redraw_the_image():
     pytest.importorskip("ipywidgets")
-    from aiayn.widgets import positional_encoding_explorer
+    from aiayn.pages.widgets import positional_encoding_explorer
 
     box = positional_encoding_explorer(max_len=50, max_d_model=64)
     controls, image = box.children
@@ -275,7 +275,7 @@ def test_positional_encoding_explorer_sliders_redraw_the_image():
 
 def test_positional_encoding_explorer_rejects_bad_ranges():
     pytest.importorskip("ipywidgets")
-    from aiayn.widgets import positional_encoding_explorer
+    from aiayn.pages.widgets import positional_encoding_explorer
 
     with pytest.raises(ValueError, match="max_d_model a positive multiple of 8, got 50 and 12"):
         positional_encoding_explorer(max_len=50, max_d_model=12)

@@ -9,7 +9,7 @@ import pytest
 from vega_runner import vega_data
 
 from aiayn import viz
-from aiayn.stepthrough import load_stepthrough
+from aiayn.pages.stepthrough import load_stepthrough
 
 RECORD = load_stepthrough()
 D_K = RECORD["sizes"]["d_k"]
@@ -96,7 +96,7 @@ def test_the_decoder_chart_masks_later_pieces_and_shows_the_weights():
 
 
 def test_wrong_records_are_refused_by_name():
-    with pytest.raises(ValueError, match="expected aiayn.stepthrough's record with 'tokens'"):
+    with pytest.raises(ValueError, match="expected aiayn.pages.stepthrough's record with 'tokens'"):
         viz.encoder_attention_steps_chart({"layers": []})
     with pytest.raises(ValueError, match="encoder layers have no 'cross_attention'"):
         viz.stepthrough_attention_frame(RECORD, "encoder", "cross_attention")

@@ -12,10 +12,10 @@ import torch
 
 matplotlib.use("Agg")
 
-from aiayn.decoding import _filter_top_k, _filter_top_p  # noqa: E402
-from aiayn.history import History
+from aiayn.decoding.search import _filter_top_k, _filter_top_p  # noqa: E402
 from aiayn.schedule import noam_rate  # noqa: E402
-from aiayn.viz import (  # noqa: E402
+from aiayn.training.history import History
+from aiayn.viz import (
     noam_schedule_chart,
     sampling_filter_chart,
     training_curves_figure,
@@ -216,7 +216,7 @@ def test_sampling_chart_has_three_sliders():
      (1.0, 7, 0.05), (3.0, 2, 0.9)],
 )  # fmt: skip
 def test_sampling_chart_matches_the_package_filters(temperature, top_k, top_p):
-    """The blue bars are the distribution aiayn.decoding.sample draws from, for every slider setting."""
+    """The blue bars are the distribution aiayn.decoding.search.sample draws from, for every slider setting."""
     spec = sampling_filter_chart(LOGITS, LABELS).to_dict()
     logits = torch.tensor([LOGITS], dtype=torch.float64) / temperature
     expected = _filter_top_p(_filter_top_k(logits, top_k), top_p).softmax(dim=-1)[0]

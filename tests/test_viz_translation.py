@@ -1,5 +1,5 @@
 """Tests for the chapter 11 (translating Multi30k) helpers: aiayn.viz's figures, attention-map chart and
-published results, and aiayn.widgets.Translator. Nothing is drawn to the screen and no data set is needed."""
+published results, and aiayn.pages.widgets.Translator. Nothing is drawn to the screen and no data set is needed."""
 
 
 import matplotlib
@@ -11,10 +11,10 @@ matplotlib.use("Agg")
 from aiayn import viz  # noqa: E402
 from aiayn.attention import set_fused  # noqa: E402
 from aiayn.bleu import corpus_bleu  # noqa: E402
-from aiayn.data import BOS, PAD, train_tokenizer  # noqa: E402
+from aiayn.data.multi30k import BOS, PAD, train_tokenizer  # noqa: E402
 from aiayn.model import Transformer, TransformerConfig  # noqa: E402
-from aiayn.recipes import translate  # noqa: E402
-from aiayn.widgets import Translator  # noqa: E402
+from aiayn.pages.widgets import Translator  # noqa: E402
+from aiayn.runs.recipes import translate  # noqa: E402
 
 PAIRS = [
     ("ein hund läuft im schnee", "a dog runs in the snow"),

@@ -1,4 +1,4 @@
-"""The page's translator, aiayn/web/translator.mjs, is aiayn.onnx_translator: Node runs it on the same files.
+"""The page's translator, aiayn/web/translator.mjs, is aiayn.export.translator: Node runs it on the same files.
 
 Python writes what it gets to a JSON file (sentencepiece's ids and texts; ``greedy``, ``beam_search`` and
 ``attention`` over the float32 and the int8 graphs), then ``node --test`` runs tests/js/*.test.mjs against
@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from conftest import PUBLISHED
 
-from aiayn import onnx_translator as tr
-from aiayn.data import Tokenizer, load_multi30k
-from aiayn.onnx_graphs import SETTINGS_JSON
-from aiayn.shortlist import load as load_shortlist
-from aiayn.shortlist import targets as shortlist_targets
-from aiayn.translation import ZERO_WIDTH, is_blank, normalise
+from aiayn.data.multi30k import Tokenizer, load_multi30k
+from aiayn.decoding.translate import ZERO_WIDTH, is_blank, normalise
+from aiayn.export import translator as tr
+from aiayn.export.graphs import SETTINGS_JSON
+from aiayn.export.shortlist import load as load_shortlist
+from aiayn.export.shortlist import targets as shortlist_targets
 
 REPO = Path(__file__).resolve().parents[1]
 # text the tokenizer must split as sentencepiece does: blanks, emoji, specials written out, umlauts
@@ -63,7 +63,7 @@ def normalise_cases() -> dict:
     """What tests/js/normalise.cases.json holds: Python's whitespace, zero-width characters, and what
     ``normalise`` and ``is_blank`` make of ODD_INPUT."""
     return {
-        "what": "aiayn.translation.normalise and is_blank on odd input (tests/test_web_js.py writes this file)",
+        "what": "aiayn.decoding.translate.normalise and is_blank on odd input (tests/test_web_js.py writes this file)",
         "whitespace": [c for c in range(0x110000) if chr(c).isspace()],
         "zero_width": sorted(map(ord, ZERO_WIDTH)),
         "texts": [{"text": t, "normalised": normalise(t), "blank": is_blank(t)} for t in ODD_INPUT],
@@ -190,7 +190,7 @@ def test_the_page_s_sampler_draws_what_decoding_sample_draws(exported, published
     chapter 8's ``decoding.sample(..., seed=)`` writes with the PyTorch model: float32 graphs."""
     import torch
 
-    from aiayn.decoding import sample
+    from aiayn.decoding.search import sample
 
     model, tokenizer = published
     vocab = tr.Vocabulary.load(exported)

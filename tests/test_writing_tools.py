@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import PUBLISHED
 
-from aiayn import embedding_map, stepthrough
-from aiayn.data import BASE_URL
-from aiayn.published import results_dir
+from aiayn.data.multi30k import BASE_URL
+from aiayn.pages import embedding_map, stepthrough
+from aiayn.runs.published import results_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

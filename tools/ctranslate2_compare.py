@@ -48,10 +48,10 @@ from ctranslate2.specs import (
     TransformerSpec,
 )
 
-from aiayn.data import load_multi30k
+from aiayn.data.multi30k import load_multi30k
+from aiayn.decoding.translate import source_ids, translate
 from aiayn.embeddings import sinusoidal_encoding
-from aiayn.published import load_published
-from aiayn.translation import source_ids, translate
+from aiayn.runs.published import load_published
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -120,7 +120,7 @@ def source_pieces(tokenizer, sentences, max_len) -> list[list[str]]:
 
 
 def ct2_translate(translator, tokenizer, pieces, cfg, beam, max_len):
-    """Translate with CTranslate2 as close to ``aiayn.translation.translate`` as its API allows."""
+    """Translate with CTranslate2 as close to ``aiayn.decoding.translate.translate`` as its API allows."""
     longest = max(len(p) for p in pieces)
     results = translator.translate_batch(
         pieces,

@@ -47,19 +47,26 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from aiayn import cli, recipes  # noqa: E402
-from aiayn.batches import eval_batches  # noqa: E402
-from aiayn.checks import atomic_write, disk_full, is_disk_full, sha256_file  # noqa: E402
-from aiayn.data import SPLITS, load_multi30k  # noqa: E402
-from aiayn.estimate import estimate_minutes  # noqa: E402
-from aiayn.layers import set_fast  # noqa: E402
-from aiayn.presets import get_preset  # noqa: E402
-from aiayn.recipes import TrainingInterrupted  # noqa: E402
-from aiayn.runs import TOKENIZER, RunFolder, RunFolderError  # noqa: E402
-from aiayn.step import amp_dtype_for, mean_loss  # noqa: E402
-from aiayn.tokenizer import Tokenizer  # noqa: E402
+from aiayn import cli  # noqa: E402
+from aiayn.bench.estimate import estimate_minutes  # noqa: E402
+from aiayn.checks import (  # noqa: E402
+    atomic_write,
+    disk_full,
+    is_disk_full,
+    sha256_file,
+)  # noqa: E402
+from aiayn.data.multi30k import SPLITS, load_multi30k  # noqa: E402
+from aiayn.data.tokenizer import Tokenizer  # noqa: E402
+from aiayn.decoding.translate import translate  # noqa: E402
+from aiayn.engine.switch import set_fast  # noqa: E402
+from aiayn.runs import recipes  # noqa: E402
+from aiayn.runs.folder import TOKENIZER, RunFolder, RunFolderError  # noqa: E402
+from aiayn.runs.load import load_run  # noqa: E402
+from aiayn.runs.presets import get_preset  # noqa: E402
+from aiayn.runs.recipes import TrainingInterrupted  # noqa: E402
 from aiayn.train import with_cuda_graphs  # noqa: E402
-from aiayn.translation import load_run, translate  # noqa: E402
+from aiayn.training.batches import eval_batches  # noqa: E402
+from aiayn.training.step import amp_dtype_for, mean_loss  # noqa: E402
 
 FORMAT = "aiayn-gpu-check/1"  # a report's "format": what marks a file this tool may replace
 OLD_REPORT_KEYS = {"device", "device_name", "torch", "quick", "promises"}  # a report from before it had one

@@ -6,7 +6,7 @@ run's own α = 0.6; test 2016 is scored only at that α. A choice that only goes
 sweep would pick among values the validation set cannot tell apart, and the test would reward luck.
 
 The script decodes the 1,014 validation captions with the published model (float32, beam 4, one
-CPU thread, ``aiayn.translation.translate``) at each α of ``ALPHAS``, scores each with a 95 %
+CPU thread, ``aiayn.decoding.translate.translate``) at each α of ``ALPHAS``, scores each with a 95 %
 bootstrap interval (``aiayn.bleu.bootstrap_bleu``) and a paired bootstrap test against the best
 (``aiayn.bleu.paired_bootstrap``), applies the rule, and then decodes test 2016 at the chosen α, at
 the run's own 0.6 and at the best on validation (what choosing the top would have given). It writes
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from aiayn.bleu import bootstrap_bleu, corpus_bleu, paired_bootstrap
-from aiayn.data import load_multi30k
+from aiayn.data.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -55,7 +55,7 @@ def hyp_name(split: str, alpha: float) -> str:
 
 def decode(model, tokenizer, sources, alpha: float, out: Path, name: str) -> float:
     """Translate ``sources`` at ``alpha``, write one line each to ``out / name``; the seconds taken."""
-    from aiayn.translation import translate
+    from aiayn.decoding.translate import translate
 
     start = time.perf_counter()
     lines = translate(model, tokenizer, sources, beam=BEAM, length_penalty=alpha)
@@ -124,7 +124,7 @@ def main() -> None:
     references = {name: [en for _, en in pairs] for name, pairs in splits.items()}
     model = tokenizer = None
     if not args.score_only:
-        from aiayn.published import load_published
+        from aiayn.runs.published import load_published
 
         torch.set_num_threads(1)
         _, tokenizer, model, _ = load_published(args.run, download=False)
@@ -188,7 +188,7 @@ def main() -> None:
         "commit": old.get("commit") if args.score_only else (commit.stdout.strip() or None),
         "commands": [
             "python tools/length_penalty_sweep.py --out src/aiayn/results",
-            "(it runs aiayn.translation.translate(model, tokenizer, sources, beam=4, length_penalty=A) with "
+            "(it runs aiayn.decoding.translate.translate(model, tokenizer, sources, beam=4, length_penalty=A) with "
             "torch.set_num_threads(1) on val for A = 0.6, 1.0, 1.4, 1.8, 2.2, then on test2016 at "
             + ", ".join(str(a) for a in tested) + ")",
         ],

@@ -45,9 +45,9 @@ from pathlib import Path
 import torch
 
 from aiayn.bench.op_counts import CountOps
-from aiayn.data import load_multi30k
-from aiayn.published import load_published
-from aiayn.translation import translate
+from aiayn.data.multi30k import load_multi30k
+from aiayn.decoding.translate import translate
+from aiayn.runs.published import load_published
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 AMP = {"bf16": torch.bfloat16}

@@ -32,13 +32,19 @@ from pathlib import Path
 
 import torch
 
-from aiayn.batches import Batch
 from aiayn.bench.contenders import TorchTransformer
 from aiayn.bench.op_counts import count_step_ops
-from aiayn.data import BOS, EOS, PAD, Tokenizer, load_multi30k
-from aiayn.decoding import beam_search, decode_sorted
-from aiayn.layers import set_fast
+from aiayn.data.multi30k import (
+    BOS,
+    EOS,
+    PAD,
+    Tokenizer,
+    load_multi30k,
+)
+from aiayn.decoding.search import beam_search, decode_sorted
+from aiayn.engine.switch import set_fast
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.training.batches import Batch
 
 RUN = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
 

@@ -6,12 +6,12 @@
 
 Each seed is its own ``python -m aiayn.train --config OUT/seed-K.json --out OUT/seed-K`` process, all
 started together (on one GPU they share it, as a maintainer's three seeds would); then each run is
-scored on test2016 with its own decoding settings (``aiayn.scoring.evaluate``: beam, alpha, the last
+scored on test2016 with its own decoding settings (``aiayn.runs.scoring.evaluate``: beam, alpha, the last
 ``average_last`` epochs averaged). ``OUT/seeds.json`` holds every seed's sacreBLEU, training wall time
 and steps, their mean, sample standard deviation, minimum and maximum, and the commands. Running it again
 resumes unfinished runs (the train command's own resume) and scores them again.
 
-OUT follows the rules of a run folder (``aiayn.runs``): it must be new, empty, or a folder this tool
+OUT follows the rules of a run folder (``aiayn.runs.folder``): it must be new, empty, or a folder this tool
 wrote (its ``manifest.json`` lists ``seeds.json``, ``seed-K.json`` and ``seed-K.log``, beside which
 only the ``seed-K`` run folders may lie); every file is written atomically and listed there, no other
 file is replaced or deleted, and the tool holds ``OUT/.lock`` while it works, so a second one into the
@@ -45,9 +45,8 @@ from aiayn.checks import (  # noqa: E402
     resolve_device,
     sha256_file,
 )
-from aiayn.data import SPLITS, load_multi30k  # noqa: E402
-from aiayn.presets import PRESETS, get_preset  # noqa: E402
-from aiayn.runs import (  # noqa: E402
+from aiayn.data.multi30k import SPLITS, load_multi30k  # noqa: E402
+from aiayn.runs.folder import (  # noqa: E402
     CONFIG,
     LOCK,
     MANIFEST,
@@ -55,7 +54,8 @@ from aiayn.runs import (  # noqa: E402
     RunFolderError,
     shown,
 )
-from aiayn.scoring import evaluate  # noqa: E402
+from aiayn.runs.presets import PRESETS, get_preset  # noqa: E402
+from aiayn.runs.scoring import evaluate  # noqa: E402
 
 SEEDS_JSON = "seeds.json"
 OWN_FILES = re.compile(r"seeds\.json|seed-\d+\.(json|log)")  # what the manifest of OUT may list

@@ -70,7 +70,7 @@ ASSETS = {
 }
 RUNTIME = "onnxruntime-web/ort-wasm-simd-threaded.wasm"  # relative to _static/vendor
 
-# what the page downloads from an export (aiayn.export writes them)
+# what the page downloads from an export (aiayn.export.command writes them)
 # (not decoder.int8.onnx: the page decodes with the key/value cache of decoder_step.int8.onnx)
 MODEL_FILES = (
     "encoder.int8.onnx",
@@ -120,7 +120,11 @@ def copy_vendor() -> None:
 
 def published_folder() -> tuple[Path | None, str]:
     """The folder of the published model on this machine and its weights, or None and why not (no download)."""
-    from aiayn.published import ModelUnavailable, _weights_file, model_dir
+    from aiayn.runs.published import (
+        ModelUnavailable,
+        _weights_file,
+        model_dir,
+    )
 
     given = os.environ.get("AIAYN_MODEL")
     folder = model_dir()
@@ -141,7 +145,7 @@ def published_folder() -> tuple[Path | None, str]:
 def test_data() -> Path | None:
     """The folder with the test 2016 files that ``--bleu int8`` scores and the training pairs of the
     shortlist, if they are on this machine."""
-    from aiayn.data import data_dir
+    from aiayn.data.multi30k import data_dir
 
     folder = data_dir()
     return folder if all((folder / name).is_file() for name in DATA_FILES) else None
@@ -175,7 +179,7 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     bleu, shortlist = ("int8", "train") if data is not None else ("none", "none")
-    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial), "--bleu", bleu,
+    command = [sys.executable, "-m", "aiayn.export.command", str(weights.parent), "--out", str(partial), "--bleu", bleu,
                "--shortlist", shortlist]
     log = EXPORTS / f"{key}.log"
     started = time.perf_counter()

@@ -50,9 +50,9 @@ def shortlisted(folder: Path, manifest: dict) -> dict:
     """The shortlist's lengths on test 2016's sources, and the BLEU of the int8 graphs scoring every id."""
     import statistics
 
-    from aiayn import onnx_translator as tr
-    from aiayn.data import load_multi30k
-    from aiayn.shortlist import load, targets
+    from aiayn.data.multi30k import load_multi30k
+    from aiayn.export import translator as tr
+    from aiayn.export.shortlist import load, targets
 
     record, vocab = load(folder), tr.Vocabulary.load(folder)
     if record is None:
@@ -80,7 +80,7 @@ def figures(folder: Path) -> dict:
         if key.startswith("int8.")
     }
     return {
-        "what": "the published model as chapter 11.4's page runs it: int8 ONNX graphs (aiayn.export)",
+        "what": "the published model as chapter 11.4's page runs it: int8 ONNX graphs (aiayn.export.command)",
         "source": manifest["source"],
         "settings": manifest["settings"],
         "files": {name: entry["bytes"] for name, entry in manifest["files"].items()},

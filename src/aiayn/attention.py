@@ -15,7 +15,7 @@ zeroed afterwards.
 
 This module is the reference: what section 3.2 describes, in the order the book teaches it. Its
 faster twins live in modules of their own and are proven equal by the tests: ``fast_attention``
-(q, k and v from one matrix product, switched on by ``layers.set_fast``) and ``kv_cache`` (decoding
+(q, k and v from one matrix product, switched on by ``engine.switch.set_fast``) and ``kv_cache`` (decoding
 step by step, keys and values kept between steps, beam search's rows).
 """
 

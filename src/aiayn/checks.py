@@ -27,6 +27,7 @@ __all__ = [
     "read_json_gz",
     "AtomicWriter",
     "DISK_FULL",
+    "UnusableInput",
     "DiskFull",
     "is_disk_full",
     "WrittenFile",
@@ -162,7 +163,7 @@ class AtomicWriter:
     still under the temporary name, so that a manifest can note what is coming; leaving the
     ``with`` block renames the file over ``path`` (``os.replace``). On any error, a full disk and
     Ctrl-C included, the temporary file is removed; only a killed process can leave one behind,
-    and ``aiayn.runs`` removes those of its own files.
+    and ``aiayn.runs.folder`` removes those of its own files.
 
         with AtomicWriter(path) as w:
             w.write(data)
@@ -242,6 +243,10 @@ class AtomicWriter:
                 self.f.close()
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+
+
+class UnusableInput(RuntimeError):
+    """An input the user supplies (a data folder, a downloaded file) cannot be used: a usage error."""
 
 
 # what a write raises for want of room: a full disk, a quota, a limit on a file's size

@@ -14,8 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .checks import DiskFull, disk_full, is_disk_full
-from .data import ChecksumError, DatasetUnavailable
+from .checks import DiskFull, UnusableInput, disk_full, is_disk_full
 
 __all__ = ["UsageError", "parser", "run"]
 
@@ -23,7 +22,7 @@ T = TypeVar("T")
 
 # Errors that mean "the input was wrong": status 2. Everything else is a failure: status 1.
 USAGE_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, PermissionError,
-                DatasetUnavailable, ChecksumError)  # fmt: skip
+                UnusableInput)  # fmt: skip
 
 
 class UsageError(ValueError):

@@ -6,7 +6,7 @@
 
 Each decoding setting keeps its own entry in ``results.json`` and its own translations file:
 ``test2016.hyp.en`` for the run's own setting, ``test2016.beam1.hyp.en`` for greedy decoding, and so on
-(``aiayn.scoring.setting_name``). ``--out`` writes them elsewhere (the run folder is only read).
+(``aiayn.runs.scoring.setting_name``). ``--out`` writes them elsewhere (the run folder is only read).
 ``--quantize int8`` (CPU only) and ``--amp bf16`` (a GPU, or a CPU with native bfloat16) decode
 faster and change a few translations; each is a setting of its own (``test2016.int8``).
 A folder that ``python -m aiayn.train`` did not write (the published model, a release) is never
@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from . import cli
-from .data import SPLITS
-from .scoring import EvalResult, evaluate
-from .translation import QUANTIZE
+from .data.multi30k import SPLITS
+from .decoding.translate import QUANTIZE
+from .runs.scoring import EvalResult, evaluate
 
 # --amp: the autocast dtype of decoding ("config": the run's amp setting)
 AMP = {

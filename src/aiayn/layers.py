@@ -13,10 +13,10 @@ with a LayerNorm, so a final one is left out (``self.norm`` is ``nn.Identity``).
 comparing with ``nn.Transformer``: it adds a final norm to both stacks even when ``norm_first=False``.
 ``nn.TransformerEncoder`` and ``nn.TransformerDecoder`` add one only when given ``norm=``.
 
-The fast path. ``set_fast(model)`` switches every part to its faster twin, proven equal by the
-tests: ``F.layer_norm`` for the LayerNorm formula, the fused attention kernel, packed q/k/v
-products (``fast_attention``), and masks prepared once per stack. The parameters (and so the ``state_dict``) stay
-the same. Off by default: the chapters explain the explicit code.
+The fast path. ``LayerNorm(fused=True)`` computes the same formula with ``F.layer_norm`` and a
+stack's ``prepare_masks`` prepares its masks once for all its layers. ``aiayn.engine.switch.set_fast``
+switches these on together with the engine's attention twin; this module does not know that twin.
+Off by default: the chapters explain the explicit code.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from torch import nn
 
 from .attention import MultiHeadAttention, PreparedMask, prepare_mask
 from .checks import check_positive
-from .fast_attention import FastMultiHeadAttention
 
 Mask = torch.Tensor | PreparedMask
 
@@ -41,7 +40,6 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "Decoder",
-    "set_fast",
 ]
 
 
@@ -332,49 +330,3 @@ class Decoder(_Stack):
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
-
-
-class set_fast:  # lower case like torch.set_grad_enabled and aiayn.attention.set_fused
-    """Switch every fast path in ``model`` on (or off): proven equal, faster, same parameters.
-
-    Fused attention kernel, packed q/k/v products, ``F.layer_norm`` and masks prepared once per
-    stack. Takes effect at once; used as a context manager, it restores the previous settings::
-
-        set_fast(model)                 # from now on
-        with set_fast(model, False):    # the explicit code, e.g. to collect attention maps
-            model(src, tgt)
-
-    Args:
-        model: any module; its ``MultiHeadAttention``, ``LayerNorm`` and stacks are switched.
-        enabled: ``True`` for the fast path, ``False`` for the explicit one the chapters explain.
-    """
-
-    def __init__(self, model: nn.Module, enabled: bool = True):
-        enabled = bool(enabled)
-        attention = FastMultiHeadAttention if enabled else MultiHeadAttention
-        switches = {
-            # the fast twin's class, the same module and parameters
-            MultiHeadAttention: {
-                "use_fused": enabled,
-                "__class__": attention,
-            },
-            LayerNorm: {"fused": enabled},
-            _Stack: {"prepare_masks": enabled},
-        }
-        self.previous = [
-            (m, name, getattr(m, name))
-            for m in model.modules()
-            for kind, values in switches.items()
-            if isinstance(m, kind)
-            for name in values
-        ]
-        for m, name, _ in self.previous:
-            kind = next(k for k in switches if isinstance(m, k))
-            setattr(m, name, switches[kind][name])
-
-    def __enter__(self) -> set_fast:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for m, name, was in reversed(self.previous):
-            setattr(m, name, was)

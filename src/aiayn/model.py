@@ -23,7 +23,7 @@ from .embeddings import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
 )
-from .layers import Decoder, Encoder, set_fast
+from .layers import Decoder, Encoder
 from .masks import decoder_mask, padding_mask
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "TABLE3_PAPER_PARAMS",
     "Transformer",
     "count_parameters",
-    "set_fast",
 ]
 
 # Table 3 of the paper as overrides of the base model. Every architectural row can be built:

@@ -5,7 +5,7 @@
     python -m aiayn.train --preset multi30k --out runs/base --max-steps 500   # stop early, resume later
     python -m aiayn.train --preset multi30k --out runs/base --no-resume --overwrite   # train it again
 
-``--out`` must be a new or empty folder, or a run folder this command wrote (``aiayn.runs``): it
+``--out`` must be a new or empty folder, or a run folder this command wrote (``aiayn.runs.folder``): it
 gets ``manifest.json``, ``config.json``, ``metrics.jsonl``, ``checkpoint.pt``, the last epochs'
 weights and ``tokenizer.model``. Ctrl-C, SIGTERM (pre-emption: docker stop, Slurm, Kubernetes) and
 SIGHUP save a checkpoint and exit, printing the same command, which resumes. Without ``--overwrite``
@@ -30,7 +30,7 @@ On several GPUs (one process each, nccl), or several CPU processes (gloo)::
     torchrun --standalone --nproc_per_node 2 -m aiayn.train --preset multi30k-smoke --out runs/s --device cpu
 
 Rank 0 writes the run folder and prints; the others print only a failure of their own. A run
-resumes on as many processes as it was started with (``aiayn.distributed``).
+resumes on as many processes as it was started with (``aiayn.training.distributed``).
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cli, distributed
-from .data import data_dir
-from .presets import PRESETS, TrainConfig, get_preset
-from .recipes import RunSummary, TrainingInterrupted, train
+from . import cli
+from .data.multi30k import data_dir
+from .runs.presets import PRESETS, TrainConfig, get_preset
+from .runs.recipes import RunSummary, TrainingInterrupted, train
+from .training import distributed
 
 __all__ = ["main", "with_cuda_graphs"]
 

@@ -1,5 +1,5 @@
 // The page's sampler draws Python's tokens: Mulberry32, draw, the filters and
-// choose of web/sampling.mjs against aiayn.seeded and aiayn.decoding, on the
+// choose of web/sampling.mjs against aiayn.decoding.seeded and aiayn.decoding.search, on the
 // cases tests/test_sampling_js.py writes from the Python. No model needed.
 import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';

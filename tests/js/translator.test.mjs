@@ -1,4 +1,4 @@
-// aiayn/web/translator.mjs gives what aiayn.onnx_translator gives: the
+// aiayn/web/translator.mjs gives what aiayn.export.translator gives: the
 // tokenizer on Multi30k's val and test sentences and on odd strings, and, on
 // the float32 graphs, the same tokens from greedy and beam search and the
 // same attention. (The int8 graphs: translator.int8.test.mjs.)

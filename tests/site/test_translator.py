@@ -1,7 +1,7 @@
 """Chapter 11.4: the translator that runs in the reader's browser, driven in Chromium.
 
 With the model in the built site (``make book`` with ``$AIAYN_MODEL``), the page must give, for a sentence of its
-reader's, the English that ``aiayn.onnx_translator`` gives in Python for the same int8 files, greedy and with beam
+reader's, the English that ``aiayn.export.translator`` gives in Python for the same int8 files, greedy and with beam
 search, and, sampling with a seed, the sentence ``onnx_translator.sample`` draws; draw that sentence's attention
 and redraw it for another layer and head; refuse bad input with a message that leaves no earlier answer on screen;
 read a sentence as Python does (umlauts composed, whitespace collapsed); offer sentences the model knows and one it
@@ -59,10 +59,10 @@ def built_model(site) -> Path:
 
 
 def python_twin(model_files: Path):
-    """aiayn.onnx_translator over the site's own files: the model, vocabulary, settings, the sentence's ids
+    """aiayn.export.translator over the site's own files: the model, vocabulary, settings, the sentence's ids
     and the shortlist the page scores."""
-    from aiayn.onnx_translator import OnnxModel, Vocabulary, source_ids
-    from aiayn.shortlist import load
+    from aiayn.export.shortlist import load
+    from aiayn.export.translator import OnnxModel, Vocabulary, source_ids
 
     vocab = Vocabulary.load(model_files)
     settings = json.loads((model_files / "translator.json").read_text())
@@ -73,7 +73,7 @@ def python_twin(model_files: Path):
 
 
 def _expected(twin, beam: int):
-    from aiayn.onnx_translator import attention, detokenize, translate_ids
+    from aiayn.export.translator import attention, detokenize, translate_ids
 
     model, vocab, settings, ids, shortlist = twin
     ys = translate_ids(model, vocab, ids, settings, beam, shortlist)
@@ -275,21 +275,21 @@ def _sample(page, **settings: str) -> tuple[str, list[str]]:
 
 
 def _sampled(twin, sampling: dict) -> list[int]:
-    from aiayn.onnx_translator import output_limit, sample
+    from aiayn.export.translator import output_limit, sample
 
     model, vocab, settings, ids, _ = twin  # sampling draws from every id: no shortlist
     return sample(model, vocab, ids, output_limit(len(ids), settings), sampling)
 
 
 def vocab_text(twin, ys: list[int]) -> str:
-    from aiayn.onnx_translator import detokenize
+    from aiayn.export.translator import detokenize
 
     return detokenize(twin[1], ys)
 
 
 def english_of(twin, text: str, beam: int) -> str:
-    """aiayn.onnx_translator's English for ``text`` over the site's files."""
-    from aiayn.onnx_translator import detokenize, source_ids, translate_ids
+    """aiayn.export.translator's English for ``text`` over the site's files."""
+    from aiayn.export.translator import detokenize, source_ids, translate_ids
 
     model, vocab, settings, _, shortlist = twin
     ids = source_ids(vocab, text, settings["max_len"])

@@ -48,7 +48,12 @@ from .flops import (
     training_flops,
 )
 from .op_counts import CountOps, count_step_ops
-from .run import format_table, multi30k_batches, run_bench, synthetic_batches
+from .run import (
+    format_table,
+    multi30k_batches,
+    run_bench,
+    synthetic_batches,
+)
 from .timing import pass_order, ratio_summary, timed_rounds
 
 __all__ = [

@@ -7,7 +7,7 @@ clipping) on the same batches, from the same weights, with the same dropout draw
   the LayerNorm written out, as the chapters explain it;
 * ``ours (fused)``: the same model on ``F.scaled_dot_product_attention`` (``set_fused``), as the
   ``multi30k`` preset trains;
-* ``ours (set_fast)``: every fast path (``layers.set_fast``: fused attention, packed q/k/v,
+* ``ours (set_fast)``: every fast path (``engine.switch.set_fast``: fused attention, packed q/k/v,
   ``F.layer_norm``, masks prepared once);
 * ``ours (set_fast, compiled)``: that model under ``torch.compile(dynamic=True)``;
 * ``nn.Transformer``: PyTorch's stacks between the same embeddings, positional encoding and tied
@@ -31,14 +31,14 @@ import torch
 from torch import nn
 
 from ..attention import set_fused
-from ..batches import Batch
 from ..compare import to_torch_transformer, torch_masks
-from ..data import PAD
-from ..layers import set_fast
+from ..data.multi30k import PAD
+from ..engine.switch import set_fast
 from ..loss import LabelSmoothingLoss
 from ..model import Transformer
 from ..schedule import make_optimizer
-from ..step import make_grad_scaler, train_step
+from ..training.batches import Batch
+from ..training.step import make_grad_scaler, train_step
 
 __all__ = [
     "CONTENDERS",

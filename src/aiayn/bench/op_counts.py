@@ -22,11 +22,11 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..batches import Batch
-from ..data import PAD
+from ..data.multi30k import PAD
 from ..loss import LabelSmoothingLoss
 from ..schedule import make_optimizer
-from ..step import make_grad_scaler
+from ..training.batches import Batch
+from ..training.step import make_grad_scaler
 
 __all__ = ["CountOps", "count_step_ops"]
 

@@ -25,9 +25,8 @@ from typing import Any
 
 import torch
 
-from ..batches import Batch
 from ..checks import check_int, resolve_device
-from ..data import (
+from ..data.multi30k import (
     BOS,
     EOS,
     PAD,
@@ -40,10 +39,16 @@ from ..data import (
     train_tokenizer,
 )
 from ..model import Transformer, TransformerConfig, count_parameters
-from ..presets import PRESETS
-from ..step import amp_dtype_for
+from ..runs.presets import PRESETS
+from ..training.batches import Batch
+from ..training.step import amp_dtype_for
 from .compile_warnings import collect_compile_warnings
-from .contenders import ALL_CONTENDERS, CONTENDERS, Trainer, make_contender
+from .contenders import (
+    ALL_CONTENDERS,
+    CONTENDERS,
+    Trainer,
+    make_contender,
+)
 from .flops import peak_tflops, training_flops
 from .memory import allocated_bytes, peak_memory_mib, start_memory
 from .op_counts import count_step_ops

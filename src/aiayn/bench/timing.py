@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from ..batches import Batch
 from ..checks import check_int
+from ..training.batches import Batch
 
 __all__ = [
     "synchronize",

@@ -461,7 +461,7 @@ def embedding_map_chart(
 ) -> alt.HConcatChart:
     """The published table's common pieces on a 2-D map; a menu picks one and shows its nearest pieces.
 
-    Every point is one piece of ``record`` (``aiayn.embedding_map.load_embedding_map()``) at its
+    Every point is one piece of ``record`` (``aiayn.pages.embedding_map.load_embedding_map()``) at its
     PCA coordinates, coloured by the language it occurs in. The chosen piece and its ``k`` nearest
     pieces among the map's (by cosine in all d_model dimensions, not on the map) are drawn larger,
     joined and labelled, and listed on the right with their cosines. Chosen in the browser.

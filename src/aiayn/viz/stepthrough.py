@@ -1,4 +1,4 @@
-"""Charts of the published model stepped through (chapters 5 to 7), from ``aiayn.stepthrough``.
+"""Charts of the published model stepped through (chapters 5 to 7), from ``aiayn.pages.stepthrough``.
 
 Each chart carries the record's numbers for every layer, head and token and picks them in the
 browser with sliders, so it works on the static website: the encoder's attention step by step
@@ -59,7 +59,7 @@ def _check(record: dict) -> None:
     for key in ("tokens", "sizes", "encoder", "decoder"):
         if key not in record:
             raise ValueError(
-                f"record: expected aiayn.stepthrough's record with {key!r}, got the keys {sorted(record)}"
+                f"record: expected aiayn.pages.stepthrough's record with {key!r}, got the keys {sorted(record)}"
             )
 
 
@@ -69,7 +69,7 @@ def stepthrough_attention_frame(
     """One row per layer, head and query token of one attention of the record.
 
     Args:
-        record: from ``aiayn.stepthrough.load_stepthrough``.
+        record: from ``aiayn.pages.stepthrough.load_stepthrough``.
         stack: ``"encoder"`` or ``"decoder"``.
         sub: ``"attention"`` (encoder), ``"self_attention"`` or ``"cross_attention"`` (decoder).
 
@@ -172,7 +172,7 @@ def encoder_attention_steps_chart(
     which Concat lays side by side; W^O's output (the first dimensions).
 
     Args:
-        record: from ``aiayn.stepthrough.load_stepthrough``.
+        record: from ``aiayn.pages.stepthrough.load_stepthrough``.
         layer, head, token: where the sliders start (from 1).
     """
     frame = stepthrough_attention_frame(record, "encoder", "attention")
@@ -345,7 +345,7 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
     feed-forward network's largest hidden units with how many of d_ff are above zero.
 
     Args:
-        record: from ``aiayn.stepthrough.load_stepthrough``.
+        record: from ``aiayn.pages.stepthrough.load_stepthrough``.
         layer, token: where the sliders start (from 1).
     """
     _check(record)
@@ -492,7 +492,7 @@ def decoder_attention_steps_chart(
     next pieces at that position.
 
     Args:
-        record: from ``aiayn.stepthrough.load_stepthrough``.
+        record: from ``aiayn.pages.stepthrough.load_stepthrough``.
         layer, head, token: where the sliders start (from 1).
     """
     _check(record)

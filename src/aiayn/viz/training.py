@@ -165,7 +165,7 @@ def training_curves_figure(
     """The learning rate, the training loss and (optionally) an evaluation metric against the step.
 
     Args:
-        history: an ``aiayn.history.History`` (``step``, ``lr``, ``loss`` and ``evals``).
+        history: an ``aiayn.training.history.History`` (``step``, ``lr``, ``loss`` and ``evals``).
         metric: a key of the dicts in ``history.evals`` to draw in a third panel (e.g. ``"exact match"``).
         metric_label: the y-axis title of that panel; default: ``metric``.
         title: the figure title.
@@ -221,7 +221,7 @@ def sampling_filter_chart(
 ) -> alt.LayerChart:
     """Bars of the distribution a sampler draws from, after temperature, top-k and top-p, with three sliders.
 
-    Computed in the browser in the order of ``aiayn.decoding.sample``: the logits are divided by the
+    Computed in the browser in the order of ``aiayn.decoding.search.sample``: the logits are divided by the
     temperature T and turned into probabilities p (grey bars); only the k most probable tokens are kept
     (and any tied with the k-th, as ``torch.topk``'s threshold keeps them);
     of those, renormalised, only the smallest set whose probability reaches top_p (the tokens before a

@@ -7,7 +7,7 @@ import json
 import altair as alt
 
 # The published full run: aiayn/results/<name>.json and <name>.<split>.hyp.en, written on a GPU machine by
-# write_published_results from a run folder of aiayn.recipes (config.json, summary.json, results.json).
+# write_published_results from a run folder of aiayn.runs.recipes (config.json, summary.json, results.json).
 
 
 def rescore_hypotheses(hypotheses_path, references) -> dict:
@@ -512,7 +512,7 @@ def model_attention(model, tokenizer, source: str, translation: str):
     import torch
 
     from ..attention import set_fused
-    from ..data import BOS, EOS
+    from ..data.multi30k import BOS, EOS
 
     src = torch.tensor([tokenizer.encode(source) + [EOS]])  # (1, S)
     out = tokenizer.encode(translation) + [EOS]  # what it wrote

@@ -2,7 +2,7 @@
 // the site has no model, the examples of chapter 11.2.
 //
 // What runs where: onnxruntime-web (WebAssembly, one thread) runs the three int8 graphs that
-// `python -m aiayn.export` wrote; translator.mjs, the twin of aiayn.onnx_translator, tokenizes and
+// `python -m aiayn.export` wrote; translator.mjs, the twin of aiayn.export.translator, tokenizes and
 // decodes. Both run in a Web Worker (worker.mjs), so that the page answers the reader while a long
 // sentence is searched. Nothing heavy loads until the reader asks: then the runtime and the graphs are
 // downloaded here with a progress bar, checked against the SHA-256 of the build's manifest, kept in the

@@ -1,10 +1,10 @@
 // How the translator's page draws the next token when it samples: the twin of
-// aiayn.decoding.sample's choice (temperature, top-k, top-p) and of aiayn.seeded's
+// aiayn.decoding.search.sample's choice (temperature, top-k, top-p) and of aiayn.decoding.seeded's
 // generator, for one sentence at a time. Each function below is the Python
 // function named above it; tests/js/sampling.test.mjs holds them to Python's
 // draws, so a seed writes the same sentence in the browser and in the package.
 
-// aiayn.seeded.Mulberry32: uniform numbers in [0, 1) from a 32-bit seed
+// aiayn.decoding.seeded.Mulberry32: uniform numbers in [0, 1) from a 32-bit seed
 export class Mulberry32 {
   constructor(seed) {
     if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) {
@@ -22,7 +22,7 @@ export class Mulberry32 {
   }
 }
 
-// aiayn.seeded.draw: the first token whose cumulative probability passes a
+// aiayn.decoding.seeded.draw: the first token whose cumulative probability passes a
 // uniform number (a token of probability 0 is never drawn)
 export function draw(probs, random) {
   const cumulative = new Float64Array(probs.length);
@@ -33,14 +33,14 @@ export function draw(probs, random) {
   return probs.length;  // searchsorted's answer when nothing passes (never, for u < 1)
 }
 
-// aiayn.decoding._filter_top_k: keep the topK largest logits, set the others to -inf
+// aiayn.decoding.search._filter_top_k: keep the topK largest logits, set the others to -inf
 export function filterTopK(logits, topK) {
   const k = Math.min(topK, logits.length);
   const kth = Float64Array.from(logits).sort().reverse()[k - 1];
   return logits.map(x => (x < kth ? -Infinity : x));
 }
 
-// aiayn.decoding._filter_top_p: keep the smallest set of most probable tokens
+// aiayn.decoding.search._filter_top_p: keep the smallest set of most probable tokens
 // whose probability adds up to at least topP (the most probable one always stays)
 export function filterTopP(logits, topP) {
   const order = [...logits.keys()].sort((a, b) => logits[b] - logits[a]);
@@ -62,7 +62,7 @@ export function softmax(logits) {
   return e.map(x => x / sum);
 }
 
-// the checks at the top of aiayn.decoding.sample, with its messages
+// the checks at the top of aiayn.decoding.search.sample, with its messages
 export function checkSampling({temperature, topK = null, topP = null}) {
   if (!(typeof temperature === 'number' && temperature > 0 && temperature < Infinity)) {
     throw new RangeError(`temperature must be a positive number, got ${temperature}`);
@@ -75,7 +75,7 @@ export function checkSampling({temperature, topK = null, topP = null}) {
   }
 }
 
-// choose inside aiayn.decoding.sample, for one row: the next token, and the
+// choose inside aiayn.decoding.search.sample, for one row: the next token, and the
 // probabilities it was drawn from (for the page to draw)
 export function choose(logits, {temperature, topK = null, topP = null}, random) {
   let scaled = Float64Array.from(logits, x => x / temperature);

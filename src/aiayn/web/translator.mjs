@@ -1,4 +1,4 @@
-// The search the page runs: aiayn/onnx_translator.py's reference, function by
+// The search the page runs: aiayn/export/translator.py's reference, function by
 // function (bpe_encode -> bpeEncode ...), in the same order, with the same
 // arguments. No DOM: the page and the Node tests pass onnxruntime-web in.
 // Shapes: S source ids, T prefix ids, K beams, V = 8000 ids, d = d_model,
@@ -113,14 +113,14 @@ export class Vocabulary {
   }
 }
 
-/** aiayn.translation.is_blank: true when the sentence holds only whitespace
+/** aiayn.decoding.translate.is_blank: true when the sentence holds only whitespace
  *  (as Python's str.isspace) and zero-width characters; '' is blank. */
 export function isBlank(sentence) {
   return Array.from(sentence).every((c) => IS_SPACE.test(c) ||
     ZERO_WIDTH.has(c));
 }
 
-/** aiayn.translation.normalise: the sentence in Unicode's compatibility
+/** aiayn.decoding.translate.normalise: the sentence in Unicode's compatibility
  *  composition (NFKC: "a" + U+0308 is "ä", fullwidth "Ｅｉｎ" is "Ein", the
  *  ligature "ﬁ" is "fi"), each run of whitespace one space, none at the
  *  ends (Python's " ".join(unicodedata.normalize("NFKC", s).split())).
@@ -189,7 +189,7 @@ export function outputLimit(srcLen, settings) {
   return Math.min(Math.trunc(a * srcLen + b) + 1, settings.max_len);
 }
 
-/** aiayn.shortlist.targets: the ids the decoder scores for a sentence, its
+/** aiayn.export.shortlist.targets: the ids the decoder scores for a sentence, its
  *  pieces' lists, the frequent ids and <eos>, sorted. record: the export's
  *  shortlist.json. */
 export function shortlistTargets(record, srcIds, eosId) {
@@ -240,7 +240,7 @@ export async function greedy(model, vocab, srcIds, limit, targets = null) {
   return ys;
 }
 
-/** Draw every token as aiayn.decoding.sample(..., seed=) does (sampling.mjs):
+/** Draw every token as aiayn.decoding.search.sample(..., seed=) does (sampling.mjs):
  *  sampling {temperature, topK, topP, seed}; onStep(token, probs (V)) is told
  *  each draw as it happens. Every id can be drawn (no shortlist). srcIds (S)
  *  -> ids, <bos> first. */
@@ -269,7 +269,7 @@ export function lengthPenalty(length, alpha) {
   return Math.pow((5 + length) / 6, alpha);
 }
 
-/** aiayn.decoding.beam_search for one sentence: K prefixes ranked by
+/** aiayn.decoding.search.beam_search for one sentence: K prefixes ranked by
  *  log P / lp. A beam that wrote <eos> keeps its score and competes with
  *  the live ones; the search ends when every beam has finished or the
  *  prefixes reach `limit` columns. Sums are in doubles, as Python's

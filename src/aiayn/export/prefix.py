@@ -1,0 +1,95 @@
+"""The reference the page's key/value cache is held to: ``decoder.onnx`` over the whole prefix.
+
+``aiayn.export.translator`` searches with ``OnnxModel``, whose step runs the decoder over the new
+position only, with the keys and values of the earlier ones (``decoder_step.onnx``).
+``PrefixModel`` offers the same ``encode``, ``start`` and ``step``, but its step reruns
+``decoder.onnx`` over every position so far, as the page did before it had the cache: simple,
+and slower by the length of the prefix. The same ``greedy`` and ``beam_search`` run over
+either; ``tests/test_export.py`` holds their translations equal.
+
+    rows  sentences or beams        S  source length        P  positions so far
+    L  new positions        N  layers        h  heads        V  vocabulary
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS, graph_file
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """What ``PrefixModel`` keeps between steps: ``memory (rows, S, d_model)``, ``src (rows, S)``,
+    the ``prefix (rows, P)`` so far and the ids scored, ``targets (K,)``."""
+
+    memory: np.ndarray
+    src: np.ndarray
+    prefix: np.ndarray
+    targets: np.ndarray
+
+    def rows(self, index: Sequence[int]) -> Prefix:
+        """The rows ``index``, as ``onnx_translator.Cache.rows``."""
+        index = np.asarray(index)
+        return Prefix(
+            self.memory[index],
+            self.src[index],
+            self.prefix[index],
+            self.targets,
+        )
+
+
+class PrefixModel:
+    """``encoder`` and the whole-prefix ``decoder`` graph, behind ``OnnxModel``'s interface."""
+
+    def __init__(
+        self, folder: str | os.PathLike, int8: bool = True, threads: int = 1
+    ):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.encoder, self.decoder = (
+            ort.InferenceSession(
+                str(Path(folder) / graph_file(name, int8)),
+                options,
+                providers=["CPUExecutionProvider"],
+            )
+            for name in ("encoder", "decoder")
+        )
+
+    def encode(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
+        return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
+
+    def start(
+        self, memory: np.ndarray, src: np.ndarray, targets: np.ndarray
+    ) -> Prefix:
+        """No position yet: an empty prefix."""
+        empty = np.zeros((src.shape[0], 0), np.int64)  # (rows, 0)
+        return Prefix(memory, src, empty, targets)
+
+    def step(self, state: Prefix, tokens: np.ndarray) -> tuple[Any, ...]:
+        """As ``OnnxModel.step``, by running the decoder over the prefix and ``tokens (rows, L)``."""
+        prefix = np.concatenate([state.prefix, tokens], 1)  # (rows, P + L)
+        feed = {"memory": state.memory, "src": state.src, "prefix": prefix}
+        log_probs, cross, self_attn = self.decoder.run(DECODER_OUTPUTS, feed)
+        if len(state.targets) < log_probs.shape[1]:  # the targets' softmax
+            log_probs = log_probs[:, state.targets]  # (rows, K)
+            log_probs -= np.logaddexp.reduce(
+                log_probs, axis=1, keepdims=True
+            )
+        L = tokens.shape[1]  # the rows of the new positions
+        return (
+            log_probs,  # (rows, K)
+            Prefix(state.memory, state.src, prefix, state.targets),
+            cross[:, :, :, -L:],  # (N, rows, h, L, S)
+            self_attn[:, :, :, -L:],  # (N, rows, h, L, P + L)
+        )

@@ -1,0 +1,406 @@
+"""Show the package's own code on the page: the source of a function, class or method, as it is installed.
+
+A chapter calls ``show_source(MultiHeadAttention.forward)``; the notebook stores the code as a highlighted
+Markdown block, so the website shows exactly what ``aiayn`` runs. ``show_js("beamSearch")`` does the same for
+a function of the JavaScript the website runs (``aiayn/web/translator.mjs``, the twin of ``aiayn.export.translator``).
+nbval re-runs the cell, and a test in ``tests/test_book.py`` re-reads every shown block, so a block that no
+longer matches the package fails.
+
+A line wider than the code box (``WIDTH``) is wrapped for display (``wrap_code``): it is cut at its last
+space (outside ``{...}`` when it can) that leaves room for a ``\\`` marker, and goes on below, indented four
+more spaces (a comment goes on as a comment). Code that fits is shown as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import re
+import textwrap
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "SourceBlock",
+    "show_source",
+    "source_of",
+    "show_js",
+    "translator_page",
+    "bleu_page",
+    "js_source_of",
+    "wrap_code",
+    "WIDTH",
+]
+
+WIDTH = 77
+"""The widest line a code box on the website holds at 1280 px (the theme's font): shown code must fit."""
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # src/aiayn
+
+
+def _qualified_name(obj: object) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or not module.startswith("aiayn"):
+        raise TypeError(
+            f"show_source: expected a function, class or method of the aiayn package, got {obj!r}"
+        )
+    return f"{module}.{qualname}"
+
+
+def _strip_docstring(source: str) -> str:
+    """Drop the docstring of the function or class that ``source`` defines (the page's prose explains it)."""
+    lines = source.splitlines(keepends=True)
+    body_start = None
+    for i, line in enumerate(
+        lines
+    ):  # the end of the signature: the first line ending in ':' at depth 0
+        if line.rstrip().endswith(":") and not line.lstrip().startswith(
+            ("@", "#")
+        ):
+            depth = sum(
+                part.count("(") - part.count(")") for part in lines[: i + 1]
+            )
+            if depth == 0:
+                body_start = i + 1
+                break
+    if body_start is None or body_start >= len(lines):
+        return source
+    first = lines[body_start].lstrip()
+    quote = first[:3]
+    if quote not in ('"""', "'''"):
+        return source
+    end = body_start
+    rest = first[3:]
+    if quote not in rest:
+        end += 1
+        while end < len(lines) and quote not in lines[end]:
+            end += 1
+    return "".join(lines[:body_start] + lines[end + 1 :])
+
+
+def source_of(obj: object, docstring: bool = False) -> str:
+    """The source of ``obj`` as installed, dedented, without its docstring unless ``docstring=True``."""
+    _qualified_name(obj)
+    source = textwrap.dedent(inspect.getsource(obj))
+    if not docstring:
+        source = _strip_docstring(source)
+    return source.rstrip("\n") + "\n"
+
+
+@dataclass(frozen=True)
+class SourceBlock:
+    """A block of package code: its qualified name, its file inside the package, its text."""
+
+    name: str
+    path: str
+    code: str
+    language: str = "python"
+
+    def _repr_markdown_(self) -> str:
+        fence = f"```{self.language}"
+        return f"`{self.name}`, from `{self.path}`:\n\n{fence}\n{self.code}```\n"
+
+    def __repr__(self) -> str:
+        return f"# {self.name}, from {self.path}\n{self.code}"
+
+
+MARKER = " \\"
+"""Ends a wrapped line's first part: a backslash, as Python's own line continuation."""
+
+
+def _comment_columns(code: str) -> dict[int, int]:
+    """The column where a comment starts, per line (1-based) that has one; empty if ``code`` does not tokenize."""
+    columns = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type == tokenize.COMMENT:
+                columns[token.start[0]] = token.start[1]
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return columns
+
+
+def _cut(line: str, indent: int, room: int) -> int:
+    """Where to cut ``line`` so that at most ``room`` characters stay: its last space outside braces.
+
+    A space inside ``{...}`` (an f-string's replacement field, where a line may not be broken)
+    is taken only when there is no other; with no space at all, the cut falls inside a word.
+    """
+    spaces, depth = [], 0
+    for i, char in enumerate(line[: room + 1]):
+        depth += (char == "{") - (char == "}")
+        if char == " " and i > indent + 1:
+            spaces.append((depth <= 0, i))
+    return max(spaces)[1] if spaces else room
+
+
+def _js_comment_columns(code: str) -> dict[int, int]:
+    """As ``_comment_columns`` for JavaScript: where a ``//`` comment starts outside strings."""
+    columns: dict[int, int] = {}
+    quote = None  # the open string; only a template literal spans lines
+    for n, line in enumerate(code.splitlines(), 1):
+        i = 0
+        while i < len(line):
+            char = line[i]
+            if quote:
+                if char == "\\":
+                    i += 1
+                elif char == quote:
+                    quote = None
+            elif char in "'\"`":
+                quote = char
+            elif line.startswith("//", i):
+                columns[n] = i
+                break
+            i += 1
+        if quote != "`":
+            quote = None
+    return columns
+
+
+def _wrap_line(
+    line: str, width: int, comment_at: int | None, comment: str = "#"
+) -> list[str]:
+    """Cut ``line`` into pieces of at most ``width`` characters, each but the last ending in ``MARKER``."""
+    indent = len(line) - len(line.lstrip())
+    pieces = []
+    while len(line) > width:
+        cut = _cut(line, indent, width - len(MARKER))
+        head, rest = line[:cut].rstrip(), line[cut:].lstrip()
+        pieces.append(head + MARKER)
+        in_comment = comment_at is not None and cut > comment_at
+        prefix = " " * min(indent + 4, width // 2) + (
+            f"{comment} " if in_comment else ""
+        )
+        line, indent = prefix + rest, len(prefix)
+        comment_at = len(prefix) - len(comment) - 1 if in_comment else None
+    return [*pieces, line]
+
+
+_COMMENTS = {
+    "python": ("#", _comment_columns),
+    "javascript": ("//", _js_comment_columns),
+}
+
+
+def wrap_code(
+    code: str, width: int = WIDTH, language: str = "python"
+) -> str:
+    """Wrap the lines of ``code`` wider than ``width`` for display; lines that fit are left alone.
+
+    A wide line is cut at its last space that leaves room for the marker `` \\`` (or inside a
+    word if there is none) and goes on below, indented four spaces more than it; a comment goes
+    on as a comment (``# ``, ``// `` in JavaScript). So nothing is cut off and the reader sees
+    where a line goes on.
+
+    Args:
+        code: source text.
+        width: the widest line shown, ``WIDTH`` by default.
+        language: ``"python"`` or ``"javascript"`` (how comments are marked).
+
+    Returns:
+        ``code`` with every line at most ``width`` characters long.
+    """
+    if isinstance(width, bool) or not isinstance(width, int) or width < 20:
+        raise ValueError(f"width must be an integer >= 20, got {width!r}")
+    if language not in _COMMENTS:
+        raise ValueError(
+            f"language must be one of {sorted(_COMMENTS)}, got {language!r}"
+        )
+    lines = code.splitlines(keepends=True)
+    if all(len(line.rstrip("\n")) <= width for line in lines):
+        return code
+    comment, columns_of = _COMMENTS[language]
+    comments = columns_of(code)
+    out = []
+    for n, line in enumerate(lines, 1):
+        text = line.rstrip("\n")
+        end = line[len(text) :]
+        if len(text) <= width:
+            out.append(line)
+            continue
+        wrapped = _wrap_line(text, width, comments.get(n), comment)
+        out.append("\n".join(wrapped) + end)
+    return "".join(out)
+
+
+def show_source(obj: object, docstring: bool = False) -> SourceBlock:
+    """Return ``obj``'s installed source as a block that notebooks render as highlighted code.
+
+    Lines wider than ``WIDTH`` are wrapped for display (``wrap_code``); code that fits is shown
+    exactly as it is.
+
+    Args:
+        obj: a function, class or method defined in ``aiayn``.
+        docstring: keep the docstring (default: drop it; the page's prose explains the code).
+
+    Raises:
+        TypeError: ``obj`` is not defined in the aiayn package.
+    """
+    name = _qualified_name(obj)
+    code = wrap_code(source_of(obj, docstring=docstring))
+    path = Path(inspect.getsourcefile(obj)).resolve()
+    try:
+        rel = f"aiayn/{path.relative_to(_PACKAGE_ROOT).as_posix()}"
+    except ValueError:
+        rel = path.name
+    return SourceBlock(name=name, path=rel, code=code)
+
+
+# --- The JavaScript the website runs ---------------------------------------------------------------
+
+JS_FILE = "web/translator.mjs"
+"""The page's twin of ``aiayn.export.translator``, shipped inside the package."""
+
+
+def _js_definition(name: str) -> re.Pattern:
+    return re.compile(
+        rf"^(?:export\s+)?(?:async\s+)?(?:function\*?|class)\s+{re.escape(name)}\b",
+        re.M,
+    )
+
+
+def js_source_of(name: str, file: str = JS_FILE, jsdoc: bool = False) -> str:
+    """The source of the top-level function or class ``name`` in a JavaScript file of the package.
+
+    The definition runs from its ``function``/``class`` line to the first line after it that is
+    a lone ``}`` (the files are formatted so: a top-level body closes at column 0). The JSDoc
+    comment right above it (``/** ... */``) is left out unless ``jsdoc=True``.
+
+    Args:
+        name: e.g. ``"beamSearch"``.
+        file: the file, relative to the package (default ``web/translator.mjs``).
+        jsdoc: keep the JSDoc comment.
+
+    Raises:
+        FileNotFoundError: the package has no such file.
+        ValueError: the file defines no top-level ``name``.
+    """
+    if "." in name:
+        return _js_method_of(name, file, jsdoc)
+    path = _PACKAGE_ROOT / file
+    if not path.is_file():
+        raise FileNotFoundError(f"show_js: the package has no file {file}")
+    text = path.read_text(encoding="utf-8")
+    found = _js_definition(name).search(text)
+    if found is None:
+        defined = re.findall(
+            r"^(?:export\s+)?(?:async\s+)?(?:function\*?|class)\s+(\w+)",
+            text,
+            re.M,
+        )
+        raise ValueError(
+            f"show_js: aiayn/{file} defines no top-level function or class "
+            f"{name!r}; it defines {defined}"
+        )
+    lines = text[found.start() :].splitlines()
+    end = next((i for i, line in enumerate(lines) if line == "}"), None)
+    if end is None:
+        raise ValueError(
+            f"show_js: {name} in aiayn/{file} has no closing '}}' at column 0"
+        )
+    code = "\n".join(lines[: end + 1]) + "\n"
+    before = text[: found.start()].rstrip()
+    if jsdoc and before.endswith("*/"):
+        start = before.rfind("/**")
+        if start >= 0 and before[start:].count("*/") == 1:
+            code = before[start:] + "\n" + code
+    return code
+
+
+def _js_method_of(name: str, file: str, jsdoc: bool) -> str:
+    """``Class.method``: the method's lines in the class (indented two spaces), dedented."""
+    cls, method = name.split(".", 1)
+    body = js_source_of(cls, file)
+    found = re.compile(
+        rf"^  (?:static\s+)?(?:async\s+)?{re.escape(method)}\(", re.M
+    ).search(body)
+    if found is None:
+        defined = re.findall(
+            r"^  (?:static\s+)?(?:async\s+)?(\w+)\(.*\{$", body, re.M
+        )
+        raise ValueError(
+            f"show_js: class {cls} in aiayn/{file} has no method "
+            f"{method!r}; it has {defined}"
+        )
+    lines = body[found.start() :].splitlines()
+    end = next((i for i, line in enumerate(lines) if line == "  }"), None)
+    if end is None:
+        raise ValueError(
+            f"show_js: {name} in aiayn/{file} has no closing '}}' at column 2"
+        )
+    code = "\n".join(lines[: end + 1])
+    before = body[: found.start()].rstrip()
+    if jsdoc and before.endswith("*/"):
+        start = before.rfind("/**")
+        if start >= 0 and before[start:].count("*/") == 1:
+            code = "  " + before[start:] + "\n" + code
+    return textwrap.dedent(code) + "\n"
+
+
+def show_js(
+    name: str, file: str = JS_FILE, jsdoc: bool = False
+) -> SourceBlock:
+    """Return the JavaScript function or class ``name`` as a block that notebooks render as code.
+
+    The page's search (``aiayn/web/translator.mjs``) mirrors ``aiayn.export.translator`` function by
+    function; a chapter shows the two side by side, ``show_source`` for the Python and this for
+    the JavaScript. Lines wider than ``WIDTH`` are wrapped for display (``wrap_code``).
+
+    Args:
+        name: the function or class, e.g. ``"beamSearch"``, or a class's method,
+            ``"OnnxModel.step"``.
+        file: the file, relative to the package (default ``web/translator.mjs``).
+        jsdoc: keep its JSDoc comment (default: drop it, as ``show_source`` drops docstrings).
+    """
+    code = wrap_code(
+        js_source_of(name, file, jsdoc=jsdoc), language="javascript"
+    )
+    return SourceBlock(
+        name=name, path=f"aiayn/{file}", code=code, language="javascript"
+    )
+
+
+def translator_page():
+    """The ``<div>`` where section 11.4 mounts the in-browser translator (``aiayn/web/page.mjs``).
+
+    The website serves ``page.mjs`` from ``_static/translator/``; where it is absent (Colab, a
+    local Jupyter), the import fails quietly and the ``<div>`` keeps its one line.
+    """
+    from IPython.display import HTML
+
+    return HTML(
+        '<div id="aiayn-translator">\n'
+        "<p>The translator runs on the book's website, in the page's own\n"
+        "JavaScript; it cannot run here.</p>\n"
+        "</div>\n"
+        '<script type="module">\n'
+        'import("../_static/translator/page.mjs")\n'
+        '  .then((page) => page.mount(document.getElementById("aiayn-translator")))\n'
+        "  .catch(() => {});  // not on the website: the line above stays\n"
+        "</script>"
+    )
+
+
+def bleu_page():
+    """The ``<div>`` where chapter 9 mounts its BLEU calculator (``aiayn/web/bleu_page.mjs``).
+
+    The calculator's numbers come from ``aiayn/web/bleu.mjs``, the twin of ``aiayn.bleu``. The
+    website serves both from ``_static/translator/``, as it serves the translator; elsewhere (Colab,
+    a local Jupyter) the import fails quietly and the ``<div>`` keeps its one line.
+    """
+    from IPython.display import HTML
+
+    return HTML(
+        '<div id="aiayn-bleu">\n'
+        "<p>The BLEU calculator runs on the book's website, in the page's\n"
+        "own JavaScript; here, use <code>BleuCalculator</code> below.</p>\n"
+        "</div>\n"
+        '<script type="module">\n'
+        'import("../_static/translator/bleu_page.mjs")\n'
+        '  .then((page) => page.mount(document.getElementById("aiayn-bleu")))\n'
+        "  .catch(() => {});  // not on the website: the line above stays\n"
+        "</script>"
+    )
