@@ -269,7 +269,7 @@ class MultiHeadAttention(nn.Module):
         self.temperature = temperature
         self.attn: torch.Tensor | None = None
 
-    def _check_inputs(
+    def check_inputs(
         self,
         query: torch.Tensor,
         key: torch.Tensor,
@@ -316,20 +316,20 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(B, L_q, d_model)``.
         """
-        self._check_inputs(query, key, value)
+        self.check_inputs(query, key, value)
         B, L_q = query.size(0), query.size(1)
         # Linear: project and split into h heads of d_k (d_v) features
-        q, k, v = self._projections(
+        q, k, v = self.projections(
             query, key, value
         )  # (B, h, L, d_k or d_v)
         # Scaled Dot-Product Attention, all heads at once
-        heads = self._attend(q, k, v, mask)  # (B, h, L_q, d_v)
+        heads = self.attend(q, k, v, mask)  # (B, h, L_q, d_v)
         # Concat: the heads side by side again
         concat = heads.transpose(1, 2).contiguous()  # (B, L_q, h, d_v)
         concat = concat.view(B, L_q, self.h * self.d_v)  # (B, L_q, h * d_v)
         return self.w_o(concat)  # Linear: (B, L_q, d_model)
 
-    def _attend(
+    def attend(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -352,7 +352,7 @@ class MultiHeadAttention(nn.Module):
         self.attn = weights.detach()  # (B, h, L_q, L_k)
         return heads
 
-    def _projections(
+    def projections(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project and split into heads: q ``(B, h, L_q, d_k)``, k ``(B, h, L_k, d_k)``, v ``(B, h, L_k, d_v)``."""

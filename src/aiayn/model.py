@@ -245,7 +245,7 @@ class Transformer(nn.Module):
             )
 
     @staticmethod
-    def _check_mask(
+    def check_mask(
         mask: torch.Tensor, name: str, full: tuple[int, int, int, int]
     ) -> None:
         """Accept a boolean 4-D mask whose every axis is the full size or 1, except the last (keys)."""
@@ -281,7 +281,7 @@ class Transformer(nn.Module):
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         B, S = src.shape
-        self._check_mask(src_mask, "src_mask", (B, 1, S, S))
+        self.check_mask(src_mask, "src_mask", (B, 1, S, S))
         return self.encoder(self.src_embed(src), src_mask)  # (B, S, d_model)
 
     def decode(
@@ -302,15 +302,15 @@ class Transformer(nn.Module):
         Returns:
             ``(B, T, d_model)``.
         """
-        self._check_decoder_inputs(memory, src_mask, tgt)
+        self.check_decoder_inputs(memory, src_mask, tgt)
         if tgt_mask is None:
             tgt_mask = decoder_mask(tgt, self.config.pad_id)
         B, T = tgt.shape
-        self._check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
+        self.check_mask(tgt_mask, "tgt_mask", (B, 1, T, T))
         x = self.tgt_embed(tgt)  # (B, T, d_model)
         return self.decoder(x, memory, src_mask, tgt_mask)  # (B, T, d_model)
 
-    def _check_decoder_inputs(
+    def check_decoder_inputs(
         self,
         memory: torch.Tensor,
         src_mask: torch.Tensor | None,
@@ -341,7 +341,7 @@ class Transformer(nn.Module):
             )
         if src_mask is not None:
             shape = (memory.size(0), 1, tgt.size(1), memory.size(1))
-            self._check_mask(src_mask, "src_mask", shape)
+            self.check_mask(src_mask, "src_mask", shape)
 
     def forward(
         self,

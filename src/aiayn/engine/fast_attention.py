@@ -38,10 +38,10 @@ class FastMultiHeadAttention(MultiHeadAttention):
     takes the same arguments.
     """
 
-    def _projections(
+    def projections(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """As ``MultiHeadAttention._projections``: q, k, v ``(B, h, L, d_k or d_v)``, packed."""
+        """As ``MultiHeadAttention.projections``: q, k, v ``(B, h, L, d_k or d_v)``, packed."""
         B, L_q, L_k = query.size(0), query.size(1), key.size(1)
         h, d_k, d_v = self.h, self.d_k, self.d_v
         q, k, v = project(

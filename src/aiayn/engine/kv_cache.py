@@ -248,7 +248,7 @@ def attend(
         ``(B, T, d_model)``.
     """
     beams = cache.beams
-    attn._check_inputs(query, key, value, same_batch=beams is None)
+    attn.check_inputs(query, key, value, same_batch=beams is None)
     B, T = query.size(0), query.size(1)
     h, d_k, d_v = attn.h, attn.d_k, attn.d_v
     if cache.static and cache.k is not None:
@@ -266,7 +266,7 @@ def attend(
         q = _beams_as_queries(q, *beams, k.size(0))
     # one new query per row: the explicit product is faster there than the
     # fused kernel, which is built for long queries
-    heads = attn._attend(q, k, v, mask, fused=attn.use_fused and T > 1)
+    heads = attn.attend(q, k, v, mask, fused=attn.use_fused and T > 1)
     if beams is not None:  # (B_src, h, K, d_v) -> (R, h, 1, d_v)
         heads = _queries_as_beams(heads, beams[0])
     concat = heads.transpose(1, 2).contiguous()  # (B, T, h, d_v)
@@ -301,7 +301,7 @@ def decode_cached(
             "cache: expected a DecoderCache from new_cache(model), "
             f"got {type(cache).__name__}"
         )
-    model._check_decoder_inputs(
+    model.check_decoder_inputs(
         memory, src_mask, tgt, rows_per_source=cache.beams is not None
     )
     B, T = tgt.shape
@@ -318,7 +318,7 @@ def decode_cached(
         if T > 1:  # and look-ahead among the new positions
             causal = subsequent_mask(P + T, device=tgt.device)[P:]
             tgt_mask = tgt_mask & causal  # (B, 1, T, P + T)
-    model._check_mask(tgt_mask, "tgt_mask", (B, 1, T, P + T))
+    model.check_mask(tgt_mask, "tgt_mask", (B, 1, T, P + T))
     cache.real = seen  # (B, P + T)
     # the embeddings, then the positions P .. P + T - 1
     x = tgt

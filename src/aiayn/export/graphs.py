@@ -230,18 +230,18 @@ class DecoderStepGraph(nn.Module):
         for n, layer in enumerate(m.decoder.layers):
 
             def attend_self(y, a=layer.self_attn, n=n):
-                q, k, v = a._projections(y, y, y)  # (B, h, L, d_k)
+                q, k, v = a.projections(y, y, y)  # (B, h, L, d_k)
                 k = torch.cat([past_k[n], k], 2)  # (B, h, P + L, d_k)
                 v = torch.cat([past_v[n], v], 2)  # (B, h, P + L, d_v)
                 present_k.append(k)
                 present_v.append(v)
-                heads = a._attend(q, k, v, causal, fused=False)
+                heads = a.attend(q, k, v, causal, fused=False)
                 selves.append(a.attn)  # (B, h, L, P + L)
                 return _merged(a, heads)
 
             def attend_source(y, a=layer.cross_attn, n=n):
                 q = a.w_q(y).view(B, L, a.h, a.d_k).transpose(1, 2)
-                heads = a._attend(q, cross_k[n], cross_v[n], src_mask, False)
+                heads = a.attend(q, cross_k[n], cross_v[n], src_mask, False)
                 crosses.append(a.attn)  # (B, h, L, S)
                 return _merged(a, heads)
 

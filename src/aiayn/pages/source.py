@@ -103,7 +103,10 @@ class SourceBlock:
         return f"`{self.name}`, from `{self.path}`:\n\n{fence}\n{self.code}```\n"
 
     def __repr__(self) -> str:
-        return f"# {self.name}, from {self.path}\n{self.code}"
+        header = f"# {self.name}, from {self.path}"
+        if len(header) > WIDTH:  # a deep name: the file on a line of its own
+            header = f"# {self.name}\n# from {self.path}"
+        return f"{header}\n{self.code}"
 
 
 MARKER = " \\"

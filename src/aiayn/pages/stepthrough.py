@@ -117,7 +117,7 @@ def _attention(
         heads, W^O output) and the output
         ``(1, L_q, d_model)``.
     """
-    q, k, v = mha._projections(query, memory, memory)  # (1, h, L, d_k)
+    q, k, v = mha.projections(query, memory, memory)  # (1, h, L, d_k)
     raw = q @ k.transpose(-2, -1)  # (1, h, L_q, L_k): q·k
     scaled = raw / math.sqrt(mha.d_k)
     masked = scaled.masked_fill(~mask, torch.finfo(raw.dtype).min)
