@@ -308,7 +308,7 @@ def sums(folder: Path, *names: str) -> None:
 
 
 def published_cli(*argv: str, cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn.runs.published", *argv], env=env(cache),
+    return subprocess.run([sys.executable, "-m", "aiayn.published", *argv], env=env(cache),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
@@ -368,7 +368,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_without_torchs_advice(tmp_p
 
 def test_distributed_check_with_a_wrong_count_says_so_in_one_line(cache):
     for n, shown in (("abc", "'abc'"), ("0", "0")):
-        done = subprocess.run([sys.executable, "-m", "aiayn.training.equivalence", "check", n], env=env(cache),
+        done = subprocess.run([sys.executable, "-m", "aiayn.equivalence", "check", n], env=env(cache),
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.stderr == (f"error: argument n: expected an integer >= 1, got {shown} "
                                "(see python -m aiayn.equivalence check --help)\n")  # fmt: skip

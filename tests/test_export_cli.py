@@ -26,6 +26,7 @@ import pytest
 
 from aiayn.checks import sha256_file
 from aiayn.export import command as ex
+from aiayn.export import folders
 from aiayn.export.graphs import GRAPHS
 from aiayn.runs.presets import PRESETS
 from aiayn.runs.recipes import train
@@ -49,7 +50,7 @@ def run(tmp_path_factory, root, cache) -> Path:
 def command(argv, root, **popen) -> subprocess.Popen:
     """``python -m aiayn.export ARGV`` in a process of its own, stdout piped, on the test data."""
     env = {**os.environ, "AIAYN_DATA": str(root), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "aiayn.export.command", *map(str, argv)], env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "aiayn.export", *map(str, argv)], env=env, text=True,
                             stdout=subprocess.PIPE, **popen)  # fmt: skip
 
 
@@ -82,7 +83,7 @@ def _folder(path: Path, files: dict[str, str]) -> Path:
 
 
 RUN_MANIFEST = json.dumps({"format": "aiayn-run/1", "files": {}, "pending": {}, "results_of": "x"})
-EXPORT_MANIFEST = json.dumps({"format": ex.EXPORT_FORMAT, "files": {"encoder.onnx": {}}, "bleu": {}})
+EXPORT_MANIFEST = json.dumps({"format": folders.EXPORT_FORMAT, "files": {"encoder.onnx": {}}, "bleu": {}})
 
 # (arguments with {run} and {tmp}, the folders to make in tmp, what the one error line says)
 REFUSALS = {
@@ -288,7 +289,7 @@ def test_a_killed_export_leaves_the_old_folder_and_ctrl_c_removes_what_it_left(e
     assert on_terminal == b""
     left = sorted(p.name for p in tmp_path.iterdir())  # its lock too, which the next export takes over
     assert len(left) == 3 and left[:2] == ["export", "export.export-lock"], left
-    assert left[2].startswith("export.unfinished-export-") and ex.is_leftover(tmp_path / left[2])
+    assert left[2].startswith("export.unfinished-export-") and folders.is_leftover(tmp_path / left[2])
     assert listing(out) == before
     left.remove("export.export-lock")
 
@@ -311,14 +312,14 @@ def test_a_killed_export_leaves_the_old_folder_and_ctrl_c_removes_what_it_left(e
 
 def test_a_running_export_s_folder_is_not_taken_for_a_leftover(tmp_path):
     out = tmp_path / "export"
-    busy, dead = (tmp_path / f"export{ex.UNFINISHED}{k}" for k in ("busy", "dead"))
+    busy, dead = (tmp_path / f"export{folders.UNFINISHED}{k}" for k in ("busy", "dead"))
     for folder in (busy, dead):
         _folder(folder, {"encoder.onnx": ""})
-        ex._mark(folder, folder.name)  # as staged() marks the folders it makes
+        folders._mark(folder, folder.name)  # as staged() marks the folders it makes
     other = _folder(tmp_path / "export.unfinished-other", {})  # not a name the export gives
-    fd = ex.hold_folder(busy)
+    fd = folders.hold_folder(busy)
     try:
-        assert ex.remove_leftovers(out) == [dead]
+        assert folders.remove_leftovers(out) == [dead]
     finally:
         os.close(fd)
     assert busy.is_dir() and other.is_dir() and not dead.exists()
@@ -332,12 +333,12 @@ def test_folders_named_like_leftovers_are_left_alone_and_a_second_export_into_th
     names another folder (a copy of a leftover) and a link, while a killed export's leftover is removed.
     A second export into the same ``--out`` while the first writes fails at once, in one line."""
     out = tmp_path / "export"
-    keep = _folder(tmp_path / f"export{ex.REPLACED}keep", {"thesis.txt": "mine"})
-    mine = _folder(tmp_path / f"export{ex.UNFINISHED}mine", {"notes.txt": "mine"})
-    (tmp_path / f"export{ex.REPLACED}link").symlink_to(keep)
-    killed = _folder(tmp_path / f"export{ex.UNFINISHED}0a1b2c3d", {"encoder.onnx": ""})  # a killed export's
+    keep = _folder(tmp_path / f"export{folders.REPLACED}keep", {"thesis.txt": "mine"})
+    mine = _folder(tmp_path / f"export{folders.UNFINISHED}mine", {"notes.txt": "mine"})
+    (tmp_path / f"export{folders.REPLACED}link").symlink_to(keep)
+    killed = _folder(tmp_path / f"export{folders.UNFINISHED}0a1b2c3d", {"encoder.onnx": ""})  # a killed export's
     (killed / ".aiayn-export-temporary").write_text(f"{killed.name}\n")  # marked as the export marks it
-    copied = _folder(tmp_path / f"export{ex.UNFINISHED}copied", {".aiayn-export-temporary": f"{killed.name}\n"})
+    copied = _folder(tmp_path / f"export{folders.UNFINISHED}copied", {".aiayn-export-temporary": f"{killed.name}\n"})
     theirs = {p: listing(p) for p in (keep, mine, copied)}
     first = command([run, "--out", out, "--bleu", "none"], root, stderr=subprocess.PIPE)
     try:
@@ -354,7 +355,7 @@ def test_folders_named_like_leftovers_are_left_alone_and_a_second_export_into_th
     assert first.returncode == 130 and first_err.endswith(f"{out} was not created\n"), first_err
     assert said.count("removed") == 1 and f"removed {killed}, left by an export that was killed" in said
     assert {p: listing(p) for p in theirs} == theirs and (keep / "thesis.txt").read_text() == "mine"
-    assert {p.name for p in tmp_path.iterdir()} == {keep.name, mine.name, copied.name, f"export{ex.REPLACED}link"}
+    assert {p.name for p in tmp_path.iterdir()} == {keep.name, mine.name, copied.name, f"export{folders.REPLACED}link"}
 
 
 def test_a_linked_lock_is_refused_and_its_target_never_made(run, root, tmp_path):

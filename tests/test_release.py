@@ -53,7 +53,7 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 def release(run: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "XDG_CACHE_HOME": str(cache)}
-    argv = [sys.executable, "-m", "aiayn.runs.published", "release", str(run), "--out", str(out), *extra]
+    argv = [sys.executable, "-m", "aiayn.published", "release", str(run), "--out", str(out), *extra]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 

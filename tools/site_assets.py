@@ -179,7 +179,7 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     bleu, shortlist = ("int8", "train") if data is not None else ("none", "none")
-    command = [sys.executable, "-m", "aiayn.export.command", str(weights.parent), "--out", str(partial), "--bleu", bleu,
+    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial), "--bleu", bleu,
                "--shortlist", shortlist]
     log = EXPORTS / f"{key}.log"
     started = time.perf_counter()

@@ -101,7 +101,7 @@ def main() -> None:
         "command": "PYTHONPATH=src python tools/torchrun_figures.py --out torchrun.h100.json",
     }
 
-    check = run([PY, "-m", "aiayn.training.equivalence", "check"], check=True)
+    check = run([PY, "-m", "aiayn.equivalence", "check"], check=True)
     line = check.stdout.strip().splitlines()[-1]
     figures["equivalence"] = {
         "command": "python -m aiayn.equivalence check",

@@ -447,10 +447,10 @@ def results_file(
 def claimed(folder: Path) -> Iterator[Path]:
     """Create ``folder`` if it is new and hold its ``flock`` for the block: one writer at a time.
 
-    A second command fails at once (``aiayn.export.command.FolderInUse``). When the block fails, the
+    A second command fails at once (``aiayn.export.folders.FolderInUse``). When the block fails, the
     folders this created are removed again (only while they are empty).
     """
-    from ..export.command import hold_folder
+    from ..export.folders import hold_folder
 
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -486,7 +486,7 @@ def check_inputs(
         instead: what the message adds to a run folder's refusal.
     """
     from ..data.multi30k import BASE_URL, SPLITS, data_dir
-    from ..export.command import check_model_folder
+    from ..export.folders import check_model_folder
     from ..runs.published import model_dir
 
     check_model_folder(model_dir(), what, instead, offline=True)

@@ -180,7 +180,7 @@ def fetch_published(
             f"{directory} holds {', '.join(unfinished) or 'MODEL_CARD.md'} but "
             f"no {SUMS}: an unfinished release (SHA256SUMS is written last). "
             "Release the run again into a new folder (python -m "
-            "aiayn.runs.published release RUN --out DIR)"
+            "aiayn.published release RUN --out DIR)"
         )
     missing = [n for n in SHA256 if not (directory / n).is_file()]
     if missing and not download:
@@ -239,7 +239,7 @@ def _check_release(directory: Path) -> None:
         raise ChecksumError(
             f"{directory / SUMS} does not list {', '.join(unlisted)}, so "
             "they cannot be checked; release the run again (python -m "
-            "aiayn.runs.published release RUN --out DIR)"
+            "aiayn.published release RUN --out DIR)"
         )
     missing = [n for n in sums if not (directory / n).is_file()]
     if missing:

@@ -129,7 +129,7 @@ def check_equivalence(n: int = 2, steps: int = 5) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ranks.pt"
         distributed.launch_cpu(
-            n, ["aiayn.training.equivalence", "worker", str(out), str(steps)]
+            n, ["aiayn.equivalence", "worker", str(out), str(steps)]
         )
         ranks = torch.load(out, weights_only=True)
     threads = torch.get_num_threads()
