@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from aiayn.checks import sha256_file
-from aiayn.export import command as ex
 from aiayn.export import folders
 from aiayn.export.graphs import GRAPHS
 from aiayn.runs.presets import PRESETS

@@ -8,9 +8,8 @@ from pathlib import Path
 def __getattr__(name: str):
     """The names of the former module ``aiayn.data``, now ``aiayn.data.multi30k``."""
     if (Path(__file__).parent / f"{name}.py").exists():
-        raise AttributeError(
-            name
-        )  # a module of this folder: the import system loads it
+        # a module of this folder: the import system loads it
+        raise AttributeError(name)
     from . import multi30k
 
     try:

@@ -25,12 +25,9 @@ Its command line is ``python -m aiayn.published`` (``aiayn/published.py``).
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import importlib.resources
 import json
 import os
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,7 +35,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import cli
 from ..data.download import (
     DEADLINE_S,
     DOWNLOAD_ERRORS,
@@ -336,8 +332,8 @@ def load_published(
     Returns:
         ``Published(config, tokenizer, model, averaged)``.
     """
-    from .presets import TrainConfig, build_model
     from ..data.tokenizer import Tokenizer
+    from .presets import TrainConfig, build_model
 
     directory = fetch_published(
         root, download=download, downloader=downloader

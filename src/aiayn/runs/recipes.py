@@ -33,8 +33,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..training import distributed
-from ..training.batches import EpochBatches, eval_batches
 from ..checks import (
     Record,
     disk_full,
@@ -42,16 +40,32 @@ from ..checks import (
     resolve_device,
     sha256_file,
 )
-from ..engine.cuda_graphs import check_cuda_graphs
 from ..data.multi30k import (
     Tokenizer,
     encode_pairs,
     load_multi30k,
     train_tokenizer,
 )
+from ..decoding.translate import translate
+from ..engine.cuda_graphs import check_cuda_graphs
 from ..engine.switch import set_fast
 from ..loss import LabelSmoothingLoss
 from ..model import count_parameters
+from ..schedule import make_optimizer, noam_scheduler
+from ..training import distributed
+from ..training.batches import EpochBatches, eval_batches
+from ..training.loop import FitState, fit
+from ..training.step import amp_dtype_for
+from .folder import (
+    CHECKPOINT,
+    METRICS,
+    SUMMARY,
+    TOKENIZER,
+    ResumeError,
+    RunFolder,
+    RunFolderError,
+)
+from .load import load_run
 from .presets import (
     PRESETS,
     TrainConfig,
@@ -67,21 +81,7 @@ from .run_log import (
     plan_run,
     written_prefix,
 )
-from .folder import (
-    CHECKPOINT,
-    METRICS,
-    SUMMARY,
-    TOKENIZER,
-    ResumeError,
-    RunFolder,
-    RunFolderError,
-)
-from ..schedule import make_optimizer, noam_scheduler
 from .scoring import evaluate
-from ..training.step import amp_dtype_for
-from ..training.loop import FitState, fit
-from ..decoding.translate import translate
-from .load import load_run
 
 __all__ = [
     "PreparedData",

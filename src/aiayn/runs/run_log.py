@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..checks import WrittenFile, sha256_file
 from ..training import distributed
 from ..training.checkpoints import read_checkpoint
-from ..checks import WrittenFile, sha256_file
-from .presets import TrainConfig
+from ..training.loop import FitState
 from .folder import (
     CHECKPOINT,
     CONFIG,
@@ -34,7 +34,7 @@ from .folder import (
     epoch_file,
     shown,
 )
-from ..training.loop import FitState
+from .presets import TrainConfig
 
 
 class Plan(NamedTuple):

@@ -19,19 +19,9 @@ from typing import Literal
 
 import torch
 
-from ..training.batches import eval_batches
 from ..bleu import corpus_bleu
 from ..checks import Record, check_int
 from ..data.multi30k import encode_pairs, load_multi30k
-from .presets import TrainConfig
-from .folder import (
-    CONFIG,
-    RESULTS,
-    RunFolder,
-    RunFolderError,
-    shown,
-)
-from ..training.step import amp_dtype_for, mean_loss
 from ..decoding.translate import (
     _AMP_NAMES,
     QUANTIZE,
@@ -39,7 +29,17 @@ from ..decoding.translate import (
     describe_decoding,
     translate,
 )
+from ..training.batches import eval_batches
+from ..training.step import amp_dtype_for, mean_loss
+from .folder import (
+    CONFIG,
+    RESULTS,
+    RunFolder,
+    RunFolderError,
+    shown,
+)
 from .load import load_run
+from .presets import TrainConfig
 
 __all__ = ["EvalResult", "setting_name", "evaluate"]
 
