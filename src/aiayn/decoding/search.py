@@ -66,6 +66,7 @@ from .common import (
 )
 from .pruned_beam import pruned_beam_search
 from .seeded import Mulberry32, draw
+from .strategies import ENGINE, SearchOptions, pick, register
 
 __all__ = [
     "greedy_decode",
@@ -403,6 +404,30 @@ def _padding_only(V: int, pad_id: int, device: torch.device) -> torch.Tensor:
     return padding
 
 
+# --- The built-in strategies (aiayn.decoding.strategies) ------------------------------------------
+
+
+@register("greedy")
+def _greedy_strategy(
+    model, src, src_mask, limits, bos_id, eos_id, options: SearchOptions
+) -> torch.Tensor:
+    """``greedy_decode`` as the strategy ``"greedy"``: ``(B, L)`` ids."""
+    o = options
+    args = (model, src, src_mask, limits, bos_id, eos_id)
+    return greedy_decode(*args, o.use_cache, o.prune, o.onednn)
+
+
+@register("beam", ("beam_size", "length_penalty", *ENGINE))
+def _beam_strategy(
+    model, src, src_mask, limits, bos_id, eos_id, options: SearchOptions
+) -> torch.Tensor:
+    """``beam_search`` as the strategy ``"beam"``: the best beam's ``(B, L)`` ids."""
+    o = options
+    args = (model, src, src_mask, limits, bos_id, eos_id)
+    rest = o.beam_size, o.length_penalty, o.use_cache, o.prune, o.onednn
+    return beam_search(*args, *rest).tokens
+
+
 # --- Many sentences, batched by length ------------------------------------------------------------
 
 
@@ -448,6 +473,7 @@ def decode_sorted(
     prune: bool = True,
     onednn: bool = True,
     progress: Callable[[int], None] | None = None,
+    strategy: str | None = None,
 ) -> list[list[int]]:
     """Decode many sources in padded batches of similar length; outputs come back in input order.
 
@@ -457,7 +483,9 @@ def decode_sorted(
     ids (``+ 1`` for ``<bos>``), so its translation does not depend on the sentences it is
     batched with: padded keys get a weight of exactly zero. Only float rounding can differ
     (the matrix products change shape with the batch), which the tests show leaves the tokens
-    unchanged. Beam search with ``beam_size > 1``, greedy decoding with 1.
+    unchanged. Each batch is decoded by ``strategy``, a name registered in
+    ``aiayn.decoding.strategies``; ``None``: beam search with ``beam_size > 1``, greedy decoding
+    with 1 (``strategies.pick``).
 
     Args:
         model: a ``Transformer``; its device is used.
@@ -470,12 +498,14 @@ def decode_sorted(
         use_cache, prune, onednn: as in ``greedy_decode``.
         progress: called after each batch with the number of sources it decoded (a progress bar's
             ``update``).
+        strategy: the search, by its registered name (``strategies.names()``); ``None``: as above.
 
     Returns:
         One list of ids per source: ``<bos>`` first, up to ``<eos>`` included, no padding.
     """
     sources = _check_sources(sources)
     check_int("beam_size", beam_size, minimum=1)
+    search = pick(strategy, beam_size)  # which search decodes the batches
     check_int("batch_size", batch_size, minimum=1)
     if not (_is_number(max_len_a) and 0 <= max_len_a < math.inf):
         raise ValueError(
@@ -498,7 +528,10 @@ def decode_sorted(
     order = sorted(range(len(sources)), key=lambda i: lengths[i])
     out: list[list[int]] = [[] for _ in sources]
     # one oneDNN mode for all the batches, so that each weight is packed once
-    # (the calls below get onednn=False: the mode is on already, or unwanted)
+    # (the search gets onednn=False: the mode is on already, or unwanted)
+    options = SearchOptions(
+        beam_size, length_penalty, use_cache, prune, False
+    )
     with _products(onednn):
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
@@ -513,14 +546,7 @@ def decode_sorted(
                 for i in chunk
             ]
             args = (model, src, None, limits, bos_id, eos_id)
-            if beam_size == 1:
-                # (B, L)
-                tokens = greedy_decode(*args, use_cache, prune, False)
-            else:
-                search = beam_search(
-                    *args, beam_size, length_penalty, use_cache, prune, False
-                )
-                tokens = search.tokens  # (B, L)
+            tokens = search(*args, options)  # (B, L)
             for row, i in enumerate(chunk):
                 ids = tokens[row].tolist()
                 while ids and ids[-1] == pad_id:  # trailing padding only

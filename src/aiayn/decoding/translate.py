@@ -1,9 +1,9 @@
-"""Translating sentences with a trained model: ``translate``, and the one place that picks how it decodes.
+"""Translating sentences with a trained model: ``translate``, and the engine its options pick.
 
 ``translate`` decodes sentences in padded batches of similar length with the key/value cache;
-``_decoding_engine`` and ``decode_sorted`` decide, from the options, which search and which of the
-engine's twins run. A run folder's model comes from ``aiayn.runs.load.load_run``; scoring a split
-is ``aiayn.runs.scoring.evaluate``.
+``_decoding_engine`` decides, from the options, which of the engine's twins run, and
+``decode_sorted`` which search, by its name (``strategies.pick``). A run folder's model comes
+from ``aiayn.runs.load.load_run``; scoring a split is ``aiayn.runs.scoring.evaluate``.
 
 Two options make decoding on a CPU faster and change a few translations, so both are off by
 default: ``quantize="int8"`` (a copy of the model whose linear layers compute in int8,
@@ -35,6 +35,7 @@ from ..engine.precision import cpu_has_native_bf16, int8_copy
 from ..engine.switch import set_fast
 from ..model import Transformer
 from .search import decode_sorted
+from .strategies import pick
 
 __all__ = [
     "ZERO_WIDTH",
@@ -43,6 +44,8 @@ __all__ = [
     "source_ids",
     "translate",
     "QUANTIZE",
+    "AMP_NAMES",
+    "check_decoding_options",
     "describe_decoding",
 ]
 
@@ -127,10 +130,10 @@ def source_ids(
 # the values of translate(quantize=...), besides None (float32)
 QUANTIZE = ("int8",)
 # amp_dtype in setting names
-_AMP_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+AMP_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _check_decoding_options(
+def check_decoding_options(
     quantize: str | None, amp_dtype: torch.dtype | None, device: torch.device
 ) -> None:
     """Refuse an option this device cannot run, saying what would work."""
@@ -170,9 +173,15 @@ def describe_decoding(
     length_penalty: float,
     quantize: str | None = None,
     amp_dtype: torch.dtype | None = None,
+    strategy: str | None = None,
 ) -> str:
-    """The decoding setting in words, for logs: ``"beam 4, α 0.6, float32"``, ``"greedy, int8"``."""
-    search = "greedy" if beam == 1 else f"beam {beam}, α {length_penalty:g}"
+    """The decoding setting in words, for logs: ``"beam 4, α 0.6, float32"``, ``"greedy, int8"``.
+
+    The search is named as ``strategies.pick`` chooses it (another strategy by its name alone).
+    """
+    search = pick(strategy, beam).name
+    if search == "beam":
+        search = f"beam {beam}, α {length_penalty:g}"
     if quantize is not None:
         numbers = quantize
     elif amp_dtype is not None:
@@ -199,19 +208,20 @@ def translate(
     log: Callable[[str], None] | None = None,
     onednn: bool = True,
     progress: bool = False,
+    strategy: str | None = None,
 ) -> list[str]:
     """Translate ``sentences`` and return detokenized strings, in input order.
 
     ``decoding.decode_sorted`` does the work: the sources are sorted by length and decoded up to
-    ``batch_size`` at a time, each batch padded to its longest source, with the key/value cache
-    (the decoder runs over one new position per step), by beam search (``beam > 1``) or greedy
-    decoding (``beam == 1``). Every sentence keeps its own output limit,
-    ``max_len_a · S + max_len_b`` tokens for a source of S ids (``<eos>`` included, capped at the
-    model's ``max_len``), and padded keys get a weight of exactly zero, so a sentence's
+    ``batch_size`` at a time, each batch padded to its longest source, with the key/value cache (the
+    decoder runs over one new position per step), by beam search (``beam > 1``) or greedy decoding
+    (``beam == 1``), or by another registered ``strategy``. Every sentence keeps its own output
+    limit, ``max_len_a · S + max_len_b`` tokens for a source of S ids (``<eos>`` included, capped at
+    the model's ``max_len``), and padded keys get a weight of exactly zero, so a sentence's
     translation does not depend on which others are translated with it (only float rounding can
-    differ; the tests compare the lines with the uncached, unpadded decoding). A blank sentence,
-    or one with no piece the model knows, translates to ``""``; a source longer than ``max_len``
-    is refused (``source_ids``).
+    differ; the tests compare the lines with the uncached, unpadded decoding). A blank sentence, or
+    one with no piece the model knows, translates to ``""``; a source longer than ``max_len`` is
+    refused (``source_ids``).
 
     Args:
         model: a trained ``Transformer`` (its device is used).
@@ -245,10 +255,13 @@ def translate(
         log: called once with the speed and the setting, e.g. ``print``:
             ``"translated 300 sentences in 9.81 s, 30.6 sentences/s (beam 4, α 0.6, float32)"``.
         progress: show a tqdm bar of the sentences translated (on stderr; needs tqdm).
+        strategy: the search by its name in ``aiayn.decoding.strategies`` (``"greedy"``,
+            ``"beam"`` or one registered there); ``None``: ``"beam"`` if ``beam > 1``, else
+            ``"greedy"``.
     """
     start = time.perf_counter()
     options = beam, batch_size, max_len_a, max_len_b, quantize, amp_dtype
-    _check_translate_options(model, tokenizer, *options)
+    _check_translate_options(model, tokenizer, *options, strategy)
     ids = source_ids(tokenizer, sentences, model.config.max_len, cut_long)
     # the sentences to decode; a blank one (None) translates to ""
     todo = [i for i, s in enumerate(ids) if s is not None]
@@ -260,7 +273,7 @@ def translate(
         outputs = decode_sorted(
             engine, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
             batch_size, max_len_a, max_len_b, use_cache=True, prune=prune,
-            onednn=onednn, progress=bar.update,
+            onednn=onednn, progress=bar.update, strategy=strategy,
         )  # fmt: skip
     lines = [""] * len(ids)
     for i, line in zip(todo, tokenizer.decode_batch(outputs), strict=True):
@@ -268,7 +281,7 @@ def translate(
     if log is not None:
         seconds = time.perf_counter() - start
         setting = describe_decoding(
-            beam, length_penalty, quantize, amp_dtype
+            beam, length_penalty, quantize, amp_dtype, strategy
         )
         log(
             f"translated {len(lines)} sentences in {seconds:.2f} s, "
@@ -286,14 +299,16 @@ def _check_translate_options(
     max_len_b: int,
     quantize: str | None,
     amp_dtype: torch.dtype | None,
+    strategy: str | None,
 ) -> None:
     """``translate``'s checks: a ``ValueError`` that names what was expected."""
     check_int("beam", beam, minimum=1)
     check_int("batch_size", batch_size, minimum=1)
     _check_limits(max_len_a, max_len_b)
-    _check_decoding_options(
+    check_decoding_options(
         quantize, amp_dtype, next(model.parameters()).device
     )
+    pick(strategy, beam)  # an unknown name, before any work
     V = model.config.tgt_vocab_size
     if tokenizer.vocab_size != V or not EOS < V:
         raise ValueError(

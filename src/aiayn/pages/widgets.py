@@ -509,7 +509,8 @@ class Translator(ipywidgets.VBox):
         import torch
 
         from ..data.multi30k import BOS, EOS
-        from ..decoding.search import beam_search, greedy_decode, sample
+        from ..decoding.search import sample
+        from ..decoding.strategies import SearchOptions, pick
         from ..decoding.translate import source_ids
 
         beam = self.beam.value if beam is None else beam
@@ -537,21 +538,11 @@ class Translator(ipywidgets.VBox):
                 temperature=temperature,
                 generator=generator,
             )
-        elif beam == 1:
-            out = greedy_decode(
-                self.model, src, None, limit, BOS, EOS
-            )  # (1, L)
-        else:
-            out = beam_search(
-                self.model,
-                src,
-                None,
-                limit,
-                BOS,
-                EOS,
-                beam,
-                self.length_penalty,
-            ).tokens  # (1, L)
+        else:  # greedy for K = 1, else beam search
+            search = pick(None, beam)
+            options = SearchOptions(beam, self.length_penalty)
+            args = (self.model, src, None, limit, BOS, EOS, options)
+            out = search(*args)  # (1, L)
         return self.tokenizer.decode(out[0].cpu()), src, out
 
     def cross_attention(self, src, out):

@@ -23,9 +23,9 @@ from ..bleu import corpus_bleu
 from ..checks import Record, check_int
 from ..data.multi30k import encode_pairs, load_multi30k
 from ..decoding.translate import (
-    _AMP_NAMES,
+    AMP_NAMES,
     QUANTIZE,
-    _check_decoding_options,
+    check_decoding_options,
     describe_decoding,
     translate,
 )
@@ -98,7 +98,7 @@ def setting_name(
     if quantize is not None:
         name += f".{quantize}"
     if amp_dtype != "config":  # a dtype asked for, not the config's
-        name += "." + _AMP_NAMES[amp_dtype]
+        name += "." + AMP_NAMES[amp_dtype]
     return name
 
 
@@ -213,7 +213,7 @@ def evaluate(
     # the config's: float16 on a T4, bfloat16 on newer GPUs, none on a CPU
     config_amp = amp_dtype_for(cfg.amp, device)
     amp = config_amp if amp_dtype == "config" else amp_dtype
-    _check_decoding_options(quantize, amp, device)  # before translating
+    check_decoding_options(quantize, amp, device)  # before translating
     beam = cfg.beam if beam is None else beam
     length_penalty = (
         cfg.length_penalty
