@@ -31,7 +31,10 @@ def import_graph() -> dict[str, set[str]]:
                     target = ".".join(base + ([node.module] if node.module else []))
                 else:
                     target = node.module or ""
-                candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+                # `from package import module` imports that module; `from module import name`, the module
+                candidates = [
+                    f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target for alias in node.names
+                ]
             elif isinstance(node, ast.Import):
                 candidates = [alias.name for alias in node.names]
             else:

@@ -2,11 +2,11 @@
 
 Each module belongs to one layer: a top-level module to the layer that lists it, a folder's modules to
 the folder's layer. A module imports only from its own layer and the layers under it (function-level
-imports count too), the imports form no cycle, the paper's modules know nothing of the engine, and the
-top level keeps at most 20 modules. Old import paths still reach the moved modules.
+imports count too), the paper's modules know nothing of the engine, and the top level keeps at most
+20 modules; ``tests/test_imports.py`` holds the same graph free of cycles. Old import paths still
+reach the moved modules, and every command keeps its name.
 """
 
-import ast
 import re
 import subprocess
 import sys
@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from test_imports import import_graph
 
 import aiayn
 
@@ -31,14 +32,6 @@ def layers() -> list[tuple[str, list[str]]]:
     return found
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
-    return ".".join(("aiayn", *parts[:-1])) if parts[-1] == "__init__" else ".".join(("aiayn", *parts))
-
-
-MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
-
-
 def layer_of(module: str) -> int:
     first = module.removeprefix("aiayn.").split(".")[0]
     for i, (name, members) in enumerate(layers()):
@@ -51,26 +44,9 @@ def _folders() -> set[str]:
     return {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
 
 
-def imports(module: str) -> set[str]:
-    """The package's modules that ``module`` imports, anywhere in its code."""
-    path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            target = ".".join([*base, node.module] if node.module else base) if node.level else node.module
-            for alias in node.names:
-                if f"{target}.{alias.name}" in MODULES:
-                    found.add(f"{target}.{alias.name}")
-                elif target in MODULES:
-                    found.add(target)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name in MODULES}
-    return found - {module, "aiayn"}
-
-
-GRAPH = {m: imports(m) for m in MODULES if m != "aiayn"}
+# every import of the package, function-level ones too (the graph of tests/test_imports.py, which
+# also holds it free of cycles)
+GRAPH = {m: targets - {"aiayn"} for m, targets in import_graph().items() if m != "aiayn"}
 
 
 def test_the_docstring_lists_every_folder_and_top_level_module_once():
@@ -90,23 +66,6 @@ def test_no_import_runs_up_a_layer():
         if layer_of(b) > layer_of(a)
     ]
     assert upward == []
-
-
-def test_the_imports_have_no_cycle():
-    state: dict[str, int] = {}  # 1: on the path, 2: done
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for n in sorted(GRAPH.get(m, set())):
-            if state.get(n) == 1:
-                raise AssertionError(" -> ".join([*path[path.index(n) :], n]))
-            if n not in state:
-                visit(n, [*path, n])
-        state[m] = 2
-
-    for m in sorted(GRAPH):
-        if m not in state:
-            visit(m, [m])
 
 
 def test_the_paper_imports_nothing_from_the_engine():
