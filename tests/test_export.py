@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import PUBLISHED
 
-from aiayn.checks import sha256_file
 from aiayn.data.multi30k import BOS, EOS, load_multi30k
 from aiayn.decoding.search import beam_search, decode_sorted
 from aiayn.export import graphs
 from aiayn.export import translator as tr
+from aiayn.files import sha256_file
 
 SETTINGS = json.loads((PUBLISHED / "config.json").read_text())
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aiayn.checks import sha256_file
 from aiayn.export import folders
 from aiayn.export.graphs import GRAPHS
+from aiayn.files import sha256_file
 from aiayn.runs.presets import PRESETS
 from aiayn.runs.recipes import train
 

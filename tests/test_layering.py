@@ -7,6 +7,7 @@ imports count too), the paper's modules know nothing of the engine, and the top 
 reach the moved modules, and every command keeps its name.
 """
 
+import ast
 import re
 import subprocess
 import sys
@@ -126,3 +127,37 @@ def test_every_command_keeps_its_name(command):
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"aiayn.{command}" in done.stdout
+
+
+def _private_imports() -> list[str]:
+    """``from X import _name`` where X lies in another folder than the importer (the top level is one place)."""
+
+    def place(module: str) -> str:  # the folder a module lies in, or the top level
+        parts = module.split(".")
+        return parts[1] if len(parts) > 2 or (SRC / parts[-1]).is_dir() else "<top>"
+
+    found = []
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private and place(target) != place(module):
+                        found.append(f"{module} imports {target}.{alias.name}")
+    return found
+
+
+def test_no_private_name_crosses_a_folder():
+    assert _private_imports() == []
+
+
+def test_a_private_name_that_crosses_a_folder_would_be_caught(tmp_path, monkeypatch):
+    (tmp_path / "aiayn" / "pages").mkdir(parents=True)
+    (tmp_path / "aiayn" / "pages" / "leak.py").write_text("from ..decoding.search import _generate\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path / "aiayn")
+    assert _private_imports() == ["aiayn.pages.leak imports aiayn.decoding.search._generate"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aiayn import checks
+from aiayn import files
 from aiayn.runs.load import load_run
 from aiayn.runs.presets import PRESETS
 from aiayn.runs.recipes import train
@@ -27,9 +27,9 @@ class Written:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.bytes: dict[str, int] = {}
         self.saves: list[str] = []
-        finish = checks.AtomicWriter.finish
+        finish = files.AtomicWriter.finish
 
-        def counted(writer: checks.AtomicWriter) -> checks.WrittenFile:
+        def counted(writer: files.AtomicWriter) -> files.WrittenFile:
             first = writer.written is None
             written = finish(writer)
             if first:
@@ -37,7 +37,7 @@ class Written:
                 self.saves.append(writer.path.name)
             return written
 
-        monkeypatch.setattr(checks.AtomicWriter, "finish", counted)
+        monkeypatch.setattr(files.AtomicWriter, "finish", counted)
 
     def total(self, run) -> int:
         return sum(self.bytes.values()) + (run / "metrics.jsonl").stat().st_size  # appended, not atomic

@@ -49,16 +49,11 @@ sys.path.insert(0, str(REPO / "src"))
 
 from aiayn import cli  # noqa: E402
 from aiayn.bench.estimate import estimate_minutes  # noqa: E402
-from aiayn.checks import (  # noqa: E402
-    atomic_write,
-    disk_full,
-    is_disk_full,
-    sha256_file,
-)  # noqa: E402
 from aiayn.data.multi30k import SPLITS, load_multi30k  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer  # noqa: E402
 from aiayn.decoding.translate import translate  # noqa: E402
 from aiayn.engine.switch import set_fast  # noqa: E402
+from aiayn.files import atomic_write, disk_full, is_disk_full, sha256_file  # noqa: E402
 from aiayn.runs import recipes  # noqa: E402
 from aiayn.runs.folder import TOKENIZER, RunFolder, RunFolderError  # noqa: E402
 from aiayn.runs.load import load_run  # noqa: E402

@@ -38,14 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from aiayn import cli  # noqa: E402
-from aiayn.checks import (  # noqa: E402
-    WrittenFile,
-    disk_full,
-    is_disk_full,
-    resolve_device,
-    sha256_file,
-)
+from aiayn.checks import resolve_device  # noqa: E402
 from aiayn.data.multi30k import SPLITS, load_multi30k  # noqa: E402
+from aiayn.files import WrittenFile, disk_full, is_disk_full, sha256_file  # noqa: E402
 from aiayn.runs.folder import (  # noqa: E402
     CONFIG,
     LOCK,

@@ -122,14 +122,14 @@ def published_folder() -> tuple[Path | None, str]:
     """The folder of the published model on this machine and its weights, or None and why not (no download)."""
     from aiayn.runs.published import (
         ModelUnavailable,
-        _weights_file,
+        weights_file,
         model_dir,
     )
 
     given = os.environ.get("AIAYN_MODEL")
     folder = model_dir()
     try:
-        weights = _weights_file(folder)
+        weights = weights_file(folder)
     except ModelUnavailable as err:
         weights, problem = None, str(err)
     else:

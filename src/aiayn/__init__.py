@@ -6,7 +6,7 @@ which holds them against PyTorch's own). Everything else lives in a folder named
 The layers, from the ground up; a module imports only from its own layer and the layers under it
 (``tests/test_layering.py`` holds the package to this list; ``docs/architecture.md`` draws it):
 
-    base       checks cli
+    base       checks files cli
     paper      embeddings masks attention layers model schedule loss bleu calibration compare
     engine/    the fast twins of the paper's modules and the one switch, set_fast
     data/      Multi30k, the tokenizer, downloads

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .checks import DiskFull, UnusableInput, disk_full, is_disk_full
+from .checks import UnusableInput
+from .files import DiskFull, disk_full, is_disk_full
 
 __all__ = ["UsageError", "parser", "run"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .. import cli
-from ..checks import atomic_write
+from ..files import atomic_write
 from .compile_warnings import compile_note
 from .contenders import ALL_CONTENDERS
 from .run import format_table, run_bench

@@ -18,7 +18,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ..checks import AtomicWriter, UnusableInput, sha256_file
+from ..checks import UnusableInput
+from ..files import AtomicWriter, sha256_file
 
 __all__ = [
     "DEADLINE_S",

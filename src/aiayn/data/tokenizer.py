@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..checks import atomic_write, sha256_file
+from ..files import atomic_write, sha256_file
 from .download import user_cache_dir
 
 __all__ = [

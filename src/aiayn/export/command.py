@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .. import cli
-from ..checks import atomic_write, sha256_file
+from ..files import atomic_write, sha256_file
 from ..runs.folder import (
     RunFolder,
 )
@@ -74,7 +74,7 @@ def _load(kind: str, path: Path, default: bool):
     and checkpoints, or the published weights' file name and SHA-256.
     """
     from ..runs.load import load_run
-    from ..runs.published import _weights_file, load_published
+    from ..runs.published import weights_file, load_published
 
     if kind == "run":
         cfg, tokenizer, model, sources = load_run(path, "cpu")
@@ -84,7 +84,7 @@ def _load(kind: str, path: Path, default: bool):
             source["run_id"] = run_id
         return cfg, tokenizer, model, source
     published = load_published(None if default else path, download=default)
-    weights = _weights_file(path)
+    weights = weights_file(path)
     return (
         published.config,
         published.tokenizer,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cli
-from ..checks import atomic_write, sha256_file
+from ..files import atomic_write, sha256_file
 from ..runs.folder import (
     CHECKPOINT,
     CONFIG,

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from ..attention import set_fused
-from ..checks import atomic_write, sha256_file
+from ..files import atomic_write, sha256_file
 from ..runs.folder import shown
 from .shortlist import FILE as SHORTLIST_JSON
 

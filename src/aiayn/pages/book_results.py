@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from ..checks import atomic_write
 from ..data.multi30k import load_multi30k
 from ..data.tokenizer import Tokenizer
+from ..files import atomic_write
 
 __all__ = ["ATTENTION", "write_results", "write_attention"]
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from .. import cli
-from ..checks import read_json_gz, write_json_gz
+from ..files import read_json_gz, write_json_gz
 
 __all__ = [
     "PAIRS",

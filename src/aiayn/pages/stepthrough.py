@@ -49,8 +49,8 @@ from torch import nn
 
 from .. import cli
 from ..attention import scaled_dot_product_attention
-from ..checks import read_json_gz, write_json_gz
 from ..data.multi30k import BOS, EOS, load_multi30k
+from ..files import read_json_gz, write_json_gz
 from ..masks import decoder_mask, padding_mask
 
 __all__ = [

@@ -175,7 +175,7 @@ def positional_encoding_explorer(
     from matplotlib.patches import Rectangle
 
     from ..embeddings import sinusoidal_encoding
-    from ..viz._figures import _closed_figure
+    from ..viz._figures import closed_figure
 
     if max_len < 10 or max_d_model < 8 or max_d_model % 8:
         raise ValueError(
@@ -214,7 +214,7 @@ def positional_encoding_explorer(
         )  # the column slider follows the width of the table
         n, d, dim = positions.value, d_model.value, column.value
         pe = sinusoidal_encoding(n, d).numpy()
-        fig = _closed_figure(10, 3.6)
+        fig = closed_figure(10, 3.6)
         left, right = fig.subplots(1, 2, width_ratios=[1.2, 1])
         heat = left.imshow(
             pe,

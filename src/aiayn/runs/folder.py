@@ -20,7 +20,7 @@ Rules:
 
 - Training writes only into a new or empty folder, or into a folder with a ``manifest.json`` (one
   it made itself). It never deletes a file the manifest does not list.
-- Every file is written atomically (``checks.atomic_write``) and hashed while it is written; the
+- Every file is written atomically (``files.atomic_write``) and hashed while it is written; the
   manifest is updated after it. A file whose size or hash differs from the manifest is refused by
   name when it is read. ``metrics.jsonl`` grows between checkpoints: the manifest keeps the size
   and hash it had at the last checkpoint, and a resumed run cuts it back to that.
@@ -48,7 +48,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..checks import (
+from ..files import (
     TMP_SUFFIX,
     AtomicWriter,
     WrittenFile,

@@ -64,6 +64,7 @@ __all__ = [
     "model_dir",
     "results_dir",
     "fetch_published",
+    "weights_file",
     "upgrade_state_dict",
     "load_published",
     "load_or_explain",
@@ -208,7 +209,7 @@ def fetch_published(
     return directory
 
 
-def _weights_file(directory: Path) -> Path:
+def weights_file(directory: Path) -> Path:
     """The weights of a folder: ``WEIGHTS``, or in a release the one ``*-averaged-fp32.pt`` or ``-fp16``."""
     if not (directory / SUMS).is_file():
         return directory / WEIGHTS
@@ -226,7 +227,7 @@ def _weights_file(directory: Path) -> Path:
 def _check_release(directory: Path) -> None:
     """Check a folder against its own ``SHA256SUMS``: every file listed, present and intact."""
     sums = read_sums(directory / SUMS)
-    weights = _weights_file(directory)
+    weights = weights_file(directory)
     unlisted = [
         n for n in ("config.json", "tokenizer.model", weights.name)
         if n not in sums
@@ -338,7 +339,7 @@ def load_published(
     directory = fetch_published(
         root, download=download, downloader=downloader
     )
-    weights = _weights_file(directory)
+    weights = weights_file(directory)
     saved = read_weights(weights, fix="copy it from the release again")
     config_file = json.loads((directory / "config.json").read_text())
     if "config" not in saved:

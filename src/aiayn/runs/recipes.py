@@ -33,13 +33,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..checks import (
-    Record,
-    disk_full,
-    is_disk_full,
-    resolve_device,
-    sha256_file,
-)
+from ..checks import Record, resolve_device
 from ..data.multi30k import (
     Tokenizer,
     encode_pairs,
@@ -49,6 +43,7 @@ from ..data.multi30k import (
 from ..decoding.translate import translate
 from ..engine.cuda_graphs import check_cuda_graphs
 from ..engine.switch import set_fast
+from ..files import disk_full, is_disk_full, sha256_file
 from ..loss import LabelSmoothingLoss
 from ..model import count_parameters
 from ..schedule import make_optimizer, noam_scheduler

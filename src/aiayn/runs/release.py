@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..checks import atomic_write
+from ..files import atomic_write
 from .weights_files import (
     SUMS,
     WEIGHTS_SUFFIX,

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..checks import WrittenFile, sha256_file
+from ..files import WrittenFile, sha256_file
 from ..training import distributed
 from ..training.checkpoints import read_checkpoint
 from ..training.loop import FitState

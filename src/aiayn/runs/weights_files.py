@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ..checks import unreadable_weights
 from ..data.download import ChecksumError
+from ..files import unreadable_weights
 
 __all__ = [
     "SUMS",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checks import WrittenFile, atomic_write, unreadable_weights
+from ..files import WrittenFile, atomic_write, unreadable_weights
 
 __all__ = [
     "checkpoint_bytes",
@@ -84,7 +84,7 @@ def save_checkpoint(
 ) -> WrittenFile:
     """Write model, optimizer and scheduler states, the position and the RNG states, atomically.
 
-    ``checks.atomic_write`` writes a temporary file in the same folder, hashing the bytes on the
+    ``files.atomic_write`` writes a temporary file in the same folder, hashing the bytes on the
     way, and renames it over ``path``: an interrupted save never leaves a half-written checkpoint.
     Everything stored is a tensor or a plain container of numbers and strings, which is what
     ``torch.load(..., weights_only=True)`` accepts.

@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from ..checks import WrittenFile
+from ..files import WrittenFile
 
 __all__ = ["History", "FitState"]
 

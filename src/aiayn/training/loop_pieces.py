@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checks import AtomicWriter
+from ..files import AtomicWriter
 from . import distributed
 from .batches import Batch
 from .checkpoints import (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def _closed_figure(width: float, height: float):
+def closed_figure(width: float, height: float):
     """A new matplotlib Figure, already closed: a notebook shows it once, as the cell's value."""
     import matplotlib.pyplot as plt  # also lets Jupyter's inline backend register its PNG formatter
 

@@ -6,7 +6,7 @@ import json
 
 import altair as alt
 
-from ._figures import _closed_figure
+from ._figures import closed_figure
 
 _MATCH_STYLE = {  # chip colours of the BLEU match display: background, border
     "match": ("#c7e9c0", "#31a354"),
@@ -196,7 +196,7 @@ def brevity_penalty_figure(points: dict | None = None):
 
     ratio = np.linspace(0.05, 1.6, 400)
     bp = np.minimum(1.0, np.exp(1 - 1 / ratio))
-    fig = _closed_figure(6.0, 3.2)
+    fig = closed_figure(6.0, 3.2)
     ax = fig.subplots()
     ax.plot(ratio, bp, linewidth=2)
     ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
@@ -239,7 +239,7 @@ def sentence_bleu_histogram(scores, corpus_score: float, bins: int = 20):
     scores = np.clip(
         [float(s) for s in scores], 0, 100
     )  # a perfect sentence can come out as 100.00000000000004
-    fig = _closed_figure(6.5, 3.2)
+    fig = closed_figure(6.5, 3.2)
     ax = fig.subplots()
     ax.hist(
         scores, bins=bins, range=(0, 100), color="#9ecae1", edgecolor="white"
@@ -410,7 +410,7 @@ def smoothing_loss_figure(C: int, eps_values=(0.0, 0.1, 0.2)):
     import numpy as np
 
     p = np.linspace(0.02, 0.9995, 800)
-    fig = _closed_figure(6.5, 3.6)
+    fig = closed_figure(6.5, 3.6)
     ax = fig.subplots()
     for eps in eps_values:
         a = 1 - eps + eps / C
@@ -459,7 +459,7 @@ def reliability_figure(
     """
     import numpy as np
 
-    fig = _closed_figure(4.2 * len(results), 5.6)
+    fig = closed_figure(4.2 * len(results), 5.6)
     axes = fig.subplots(
         2,
         len(results),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import altair as alt
 
-from ._figures import _closed_figure
+from ._figures import closed_figure
 
 
 def path_length_figure(words: list[str], source: int, target: int):
@@ -23,7 +23,7 @@ def path_length_figure(words: list[str], source: int, target: int):
             f"need 0 <= source < target < {len(words)}, got source={source}, target={target}"
         )
     n = len(words)
-    fig = _closed_figure(0.95 * n + 1.5, 5.0)
+    fig = closed_figure(0.95 * n + 1.5, 5.0)
     rnn_ax, attn_ax = fig.subplots(2, 1)
     grey, hot = "#b0b0b0", "#c0392b"
 
@@ -125,7 +125,7 @@ def influence_figure(
             before the last one (``k = 0`` is the last input itself).
         title: the figure title.
     """
-    fig = _closed_figure(7.5, 3.4)
+    fig = closed_figure(7.5, 3.4)
     ax = fig.subplots()
     for (label, values), marker in zip(curves.items(), "os^v", strict=False):
         v = values.detach().cpu().numpy()
@@ -306,7 +306,7 @@ def embedding_norms_figure(
     """
     import math
 
-    fig = _closed_figure(10.0, 3.8)
+    fig = closed_figure(10.0, 3.8)
     axes = fig.subplots(1, 2, sharey=True)
     titles = (
         "token embedding as looked up",

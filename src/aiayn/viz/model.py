@@ -6,7 +6,7 @@ import json
 
 import altair as alt
 
-from ._figures import _closed_figure
+from ._figures import closed_figure
 
 
 def norm_groups_figure(batch: int = 6, features: int = 10):
@@ -28,7 +28,7 @@ def norm_groups_figure(batch: int = 6, features: int = 10):
         raise ValueError(
             f"need at least a 2 x 2 grid, got batch={batch}, features={features}"
         )
-    fig = _closed_figure(10.0, 3.6)
+    fig = closed_figure(10.0, 3.6)
     axes = fig.subplots(1, 2)
     panels = {
         "BatchNorm: one mean and variance per feature,\ntaken over the batch (down each column)": np.tile(
@@ -101,10 +101,10 @@ def per_layer_figure(
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     if stacked:
-        fig = _closed_figure(6.5, 3.0 * len(panels))
+        fig = closed_figure(6.5, 3.0 * len(panels))
         axes = fig.subplots(len(panels), 1, squeeze=False, sharex=True)[:, 0]
     else:
-        fig = _closed_figure(5.0 * len(panels) + 0.5, 3.6)
+        fig = closed_figure(5.0 * len(panels) + 0.5, 3.6)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (title, (ylabel, lines)) in zip(
         axes, panels.items(), strict=True
@@ -156,7 +156,7 @@ def future_change_figure(
     """
     import numpy as np
 
-    fig = _closed_figure(7.5, 3.4)
+    fig = closed_figure(7.5, 3.4)
     ax = fig.subplots()
     width = 0.8 / max(len(changes), 1)
     for k, (label, values) in enumerate(changes.items()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import altair as alt
 
-from ._figures import _closed_figure
+from ._figures import closed_figure
 
 
 def _as_matrix(tensor, name: str):
@@ -27,7 +27,7 @@ def pe_heatmap(pe, title: str = "Sinusoidal positional encoding"):
         a matplotlib Figure (closed, so that a notebook shows it once, as the cell's value).
     """
     table = _as_matrix(pe, "pe")
-    fig = _closed_figure(7.5, 4.0)
+    fig = closed_figure(7.5, 4.0)
     ax = fig.subplots()
     image = ax.imshow(
         table,
@@ -66,7 +66,7 @@ def pe_curves(
         raise ValueError(
             f"dims must be columns of a table with {table.shape[1]} columns, got {tuple(dims)}"
         )
-    fig = _closed_figure(7.5, 3.2)
+    fig = closed_figure(7.5, 3.2)
     ax = fig.subplots()
     for dim in dims:
         kind = "sin" if dim % 2 == 0 else "cos"
@@ -100,7 +100,7 @@ def pe_similarity(
     """
     table = _as_matrix(pe, "pe")
     sim = table @ table.T  # (max_len, max_len)
-    fig = _closed_figure(5.6, 4.6)
+    fig = closed_figure(5.6, 4.6)
     ax = fig.subplots()
     image = ax.imshow(sim, cmap="viridis", interpolation="nearest")
     ax.set(xlabel="position q", ylabel="position p", title=title)
@@ -120,7 +120,7 @@ def pe_wavelengths(
     Returns:
         a matplotlib Figure (closed).
     """
-    fig = _closed_figure(7.5, 3.2)
+    fig = closed_figure(7.5, 3.2)
     ax = fig.subplots()
     for (label, wavelengths), marker in zip(
         curves.items(), "os^v", strict=False
@@ -314,7 +314,7 @@ def mask_heatmaps(
             raise ValueError(
                 f"mask {title!r} of shape {tuple(mask.shape)} does not match {len(tokens)} queries and {len(keys)} keys"
             )
-    fig = _closed_figure(2.7 * len(masks) + 0.3, 3.0)
+    fig = closed_figure(2.7 * len(masks) + 0.3, 3.0)
     axes = fig.subplots(1, len(masks), squeeze=False)[0]
     cmap = ListedColormap(["#f2f2f2", "#2b7bba"])
     for ax, (title, mask) in zip(axes, masks.items(), strict=True):

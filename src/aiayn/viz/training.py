@@ -6,7 +6,7 @@ import json
 
 import altair as alt
 
-from ._figures import _closed_figure
+from ._figures import closed_figure
 
 
 def noam_schedule_chart(
@@ -182,7 +182,7 @@ def training_curves_figure(
             f"no evaluation in history.evals has the metric {metric!r}"
         )
     rows = 2 if metric is None else 3
-    fig = _closed_figure(7.0, 1.9 * rows + 0.5)
+    fig = closed_figure(7.0, 1.9 * rows + 0.5)
     axes = fig.subplots(rows, 1, sharex=True)
     axes[0].plot(history.step, history.lr, color="#1f5fa8")
     axes[0].set_ylabel("learning rate")

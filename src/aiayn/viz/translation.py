@@ -541,7 +541,7 @@ def save_attention_examples(path, examples: dict, decimals: int = 3) -> None:
     Chapter 11 reads the file back (``load_attention_examples``) where the published model cannot
     be had; ``python -m aiayn.published attention`` writes it.
     """
-    from ..checks import write_json_gz
+    from ..files import write_json_gz
 
     scale = 10**decimals
     record = {"decimals": decimals, "lines": {}}
@@ -563,7 +563,7 @@ def load_attention_examples(path) -> dict:
     """``{line: (maps, tokens)}`` from ``save_attention_examples``, weights as float32 tensors."""
     import torch
 
-    from ..checks import read_json_gz
+    from ..files import read_json_gz
 
     record = read_json_gz(path)
     scale = 10 ** record["decimals"]
