@@ -197,7 +197,7 @@ else:
 WRITES = """
 import sys
 from pathlib import Path
-from aiayn.checks import AtomicWriter, atomic_write
+from aiayn.files import AtomicWriter, atomic_write
 from aiayn.runs.folder import RunFolder
 folder = Path(sys.argv[1])
 run = RunFolder(folder / "run")

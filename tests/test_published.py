@@ -17,6 +17,7 @@ import torch
 import yaml
 from torch import nn
 
+from aiayn import published as published_cli
 from aiayn.pages import book_results
 from aiayn.runs import published as P
 from aiayn.runs import release as R
@@ -302,7 +303,7 @@ def test_a_file_is_not_a_model_folder(tmp_path, monkeypatch):
 
 def run_main(argv, capsys) -> tuple[int, str]:
     with pytest.raises(SystemExit) as exit_info:
-        P.main(argv)
+        published_cli.main(argv)
     return exit_info.value.code, capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from aiayn import published as published_cli
 from aiayn.data.multi30k import load_multi30k
 from aiayn.decoding.translate import translate
 from aiayn.runs import published as P
@@ -92,7 +93,7 @@ def test_a_release_holds_its_files_and_their_sums(released):
 
 
 def test_the_check_command_checks_a_release(released, capsys):
-    assert P.main(["check", str(released)]) == 0
+    assert published_cli.main(["check", str(released)]) == 0
     listed = sorted(p.name for p in released.iterdir() if p.name != "SHA256SUMS")
     assert capsys.readouterr().out == f"{released}: {', '.join(listed)} present and intact\n"
 

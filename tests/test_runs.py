@@ -391,11 +391,11 @@ def run_eval_cli(argv, capsys) -> tuple[int, str]:
 
 
 def test_evaluate_refuses_a_held_lock_and_damaged_results_before_decoding(evaluated_run, root, monkeypatch):
-    import aiayn.decoding.translate as translation
+    import aiayn.runs.scoring as scoring
 
     run, _ = evaluated_run
     with monkeypatch.context() as mp:
-        mp.setattr(translation, "load_run", lambda *a, **k: pytest.fail("evaluate decoded before refusing"))
+        mp.setattr(scoring, "load_run", lambda *a, **k: pytest.fail("evaluate decoded before refusing"))
         with RunFolder(run).locked(), pytest.raises(RunFolderError, match=r"another command is writing into"):
             evaluate(run, beam=1, device="cpu", root=root)
         (run / "results.json").write_text("{ cut off")
@@ -616,3 +616,25 @@ def test_an_older_run_folder_is_upgraded_when_training_resumes_in_it(tiny_run, t
     assert summary.resumed_from_step is not None and summary.epochs_done == 3
     manifest = json.loads((run / "manifest.json").read_text())
     assert {"config.json", "checkpoint.pt", "metrics.jsonl", "epoch-003.pt"} <= set(manifest["files"])
+
+
+def test_a_resume_reads_its_checkpoint_once(tiny_run, tmp_path, root, monkeypatch):
+    """``plan_run`` reads and checks ``checkpoint.pt``; ``fit`` loads what it read, never the file again."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    reads, loads = [], []
+    read_bytes, load = Path.read_bytes, torch.load
+
+    def counted_read(path):
+        if path.name == "checkpoint.pt":
+            reads.append(path)
+        return read_bytes(path)
+
+    def counted_load(*args, **kwargs):
+        loads.append(1)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_bytes", counted_read)
+    monkeypatch.setattr(torch, "load", counted_load)
+    summary = train(TINY.with_changes(epochs=3), run, root=root, device="cpu", progress=False)
+    assert summary.resumed_from_step is not None and summary.epochs_done == 3
+    assert len(reads) == 1 and len(loads) == 1, (reads, loads)

@@ -161,7 +161,7 @@ def test_the_equivalence_check_refuses_more_ranks_than_it_can_run_before_startin
     monkeypatch.setattr(distributed, "launch_cpu", lambda *args, **kwargs: started.append(args) or 1 / 0)
     bound = max(CPUS, 4)
     with pytest.raises(SystemExit) as stop:
-        equivalence._main(["check", "1000000000"])
+        equivalence.main(["check", "1000000000"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and not started, err
     assert err == (

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import aiayn
 from aiayn.decoding.search import greedy_decode
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
@@ -18,7 +21,7 @@ from aiayn.schedule import make_optimizer, noam_rate, noam_scheduler
 from aiayn.training.batches import Batch, copy_task_batches
 from aiayn.training.checkpoints import load_checkpoint, save_checkpoint
 from aiayn.training.history import History
-from aiayn.training.loop import fit
+from aiayn.training.loop import FitConfig, fit
 from aiayn.training.step import amp_dtype_for, make_grad_scaler, train_step
 
 PAD, BOS, EOS = 0, 1, 2
@@ -260,6 +263,20 @@ def test_fit_records_history_and_uses_default_noam():
     assert model.training
 
 
+def test_fit_takes_a_config_or_its_fields_as_keywords():
+    batches = copy_task_batches(4, 2, 4, V, seed=0)
+    config = FitConfig(epochs=2, clip_norm=0.5, progress=False)
+    by_config = fit(tiny_model(), batches, config)
+    by_keywords = fit(tiny_model(), batches, epochs=2, clip_norm=0.5, progress=False)
+    assert by_config.loss == by_keywords.loss and len(by_config.loss) == 8
+    overridden = fit(tiny_model(), batches, config, epochs=1)  # a keyword replaces the config's field
+    assert overridden.loss == by_config.loss[:4]
+    with pytest.raises(TypeError, match="fit\\(\\) got an unexpected keyword argument 'epoch'; its settings are"):
+        fit(tiny_model(), batches, epoch=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.epochs = 3  # type: ignore[misc]
+
+
 def test_fit_eval_fn_runs_in_eval_mode_without_grad():
     model = tiny_model()
     seen = []
@@ -415,6 +432,35 @@ def test_fit_rejects_bad_arguments(kwargs, message):
 
 
 # --- Checkpoints ---------------------------------------------------------------------------------
+
+
+# Every torch.save and torch.load of the package, and what each file is: a run's checkpoint.pt and
+# epoch-NNN.pt are named, serialized and parsed in aiayn.training.checkpoints alone.
+PICKLED = {
+    "training/checkpoints.py": "checkpoint.pt and epoch-NNN.pt",
+    "training/equivalence.py": "the check's own weights of rank 0, in a temporary folder",
+    "runs/release.py": "the released weights (<name>-averaged-fp16.pt)",
+    "runs/weights_files.py": "the released weights, read",
+}
+
+
+def test_one_module_writes_and_reads_a_runs_checkpoints():
+    src = Path(aiayn.__file__).parent
+    pickling, naming = set(), set()
+    for path in src.rglob("*.py"):
+        name = path.relative_to(src).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "torch"
+                and node.attr in ("save", "load")
+            ):
+                pickling.add(name)
+            if isinstance(node, ast.Constant) and node.value == "checkpoint.pt":
+                naming.add(name)
+    assert pickling == set(PICKLED)
+    assert naming == {"training/checkpoints.py"}
 
 
 def _setup(seed: int):

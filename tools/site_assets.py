@@ -122,8 +122,8 @@ def published_folder() -> tuple[Path | None, str]:
     """The folder of the published model on this machine and its weights, or None and why not (no download)."""
     from aiayn.runs.published import (
         ModelUnavailable,
-        weights_file,
         model_dir,
+        weights_file,
     )
 
     given = os.environ.get("AIAYN_MODEL")

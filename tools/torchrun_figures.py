@@ -40,6 +40,8 @@ from pathlib import Path
 
 import torch
 
+from aiayn.training.checkpoints import CHECKPOINT, read_checkpoint
+
 PY = sys.executable
 TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone"]
 
@@ -56,7 +58,7 @@ def summary(folder: Path) -> dict:
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+    return read_checkpoint(folder / CHECKPOINT)["model"]
 
 
 KEPT = ("name", "step_ms", "speed", "speed_min", "speed_max", "rounds", "first_shape_steps", "first_shape_ms",

@@ -208,7 +208,7 @@ def train_tokenizer(
       leave the text untouched, so ``decode(encode(s)) == s`` for every line of Multi30k;
       ``character_coverage=1.0`` keeps every character of the training text (no ``<unk>`` for ``ß``).
       Characters never seen in training still become ``<unk>`` (decoded as `` ⁇ ``). A reader's
-      sentence is normalised before it is encoded (``translation.normalise``: NFKC, so that
+      sentence is normalised before it is encoded (``decoding.translate.normalise``: NFKC, so that
       fullwidth letters and ligatures become the letters the captions use), the page's too.
     - **Deterministic.** Training uses ``num_threads=1``: sentencepiece's unigram trainer gives a
       different vocabulary for each thread count (BPE does not, but the saved model records the count).

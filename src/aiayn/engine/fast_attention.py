@@ -64,7 +64,7 @@ def project(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``w_q(query)``, ``w_k(key)``, ``w_v(value)``, as one product where they share an input.
 
-    Packed only for a ``FastMultiHeadAttention`` with float weights (``translation.int8_copy``'s
+    Packed only for a ``FastMultiHeadAttention`` with float weights (``engine.precision.int8_copy``'s
     int8 projections hold none to stack). Queries and keys may have different batch sizes.
 
     Returns:

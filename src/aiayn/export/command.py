@@ -74,7 +74,7 @@ def _load(kind: str, path: Path, default: bool):
     and checkpoints, or the published weights' file name and SHA-256.
     """
     from ..runs.load import load_run
-    from ..runs.published import weights_file, load_published
+    from ..runs.published import load_published, weights_file
 
     if kind == "run":
         cfg, tokenizer, model, sources = load_run(path, "cpu")

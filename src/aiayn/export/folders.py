@@ -200,7 +200,7 @@ def check_run(run: str | None) -> tuple[str, Path]:
         raise NotADirectoryError(
             f"the run folder {path} is a file; {EXPECTED_RUN}"
         )
-    if list(path.glob("*averaged*.pt")):  # as translation.load_run
+    if list(path.glob("*averaged*.pt")):  # as runs.load.load_run
         return "published", path
     if (path / CONFIG).is_file() and (path / CHECKPOINT).is_file():
         return "run", path

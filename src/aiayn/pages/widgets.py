@@ -501,7 +501,7 @@ class Translator(ipywidgets.VBox):
         Returns:
             ``(translation, src, out)``: the English string, the ``(1, S)`` source ids (``<eos>`` last) and
             the ``(1, L)`` output ids (``<bos>`` first); ``("", None, None)`` for a sentence with
-            nothing the model knows (``translation.source_ids``).
+            nothing the model knows (``decoding.translate.source_ids``).
 
         Raises:
             ValueError: the sentence is longer than the model's positions (its length and the limit).

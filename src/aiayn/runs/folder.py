@@ -10,6 +10,9 @@ A run folder written by ``python -m aiayn.train`` holds:
                       and when a signal stops it
     epoch-NNN.pt      the weights after epoch NNN, for averaging: written for the run's last
                       ``average_last`` epochs only, and only the last ``average_last`` kept
+
+(the names, bytes and reading of ``checkpoint.pt`` and ``epoch-NNN.pt`` are
+``aiayn.training.checkpoints``'s alone; this module places them, as every other file)
     metrics.jsonl     one JSON line per logged step and per evaluation
     summary.json      what ``train`` returned
     results.json      evaluation results, one entry per split and decoding setting
@@ -55,6 +58,7 @@ from ..files import (
     atomic_write,
     sha256_file,
 )
+from ..training.checkpoints import CHECKPOINT, epoch_file, is_epoch_file
 from .presets import TrainConfig
 
 __all__ = [
@@ -77,14 +81,12 @@ __all__ = [
 MANIFEST = "manifest.json"
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.model"
-CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 RESULTS = "results.json"
 LOCK = ".lock"
 FORMAT = "aiayn-run/1"
 _TEMPORARY = re.compile(rf"\.(.+)\.[a-z0-9_]{{8}}{re.escape(TMP_SUFFIX)}")
-_EPOCH_FILE = re.compile(r"epoch-\d{3,}\.pt")
 # the files of a run folder from before manifests existed
 _LEGACY_FILES = (CONFIG, TOKENIZER, CHECKPOINT, METRICS, SUMMARY, RESULTS)
 
@@ -94,11 +96,6 @@ RESUMABLE_CHANGES = frozenset({
     "checkpoint_every", "checkpoint_minutes", "beam", "length_penalty", "max_len_a",
     "max_len_b", "test_subset",
 })  # fmt: skip
-
-
-def epoch_file(epoch: int) -> str:
-    """The name of the weights after ``epoch`` (1-based): ``epoch-007.pt``."""
-    return f"epoch-{epoch:03d}.pt"
 
 
 class RunFolderError(ValueError):
@@ -343,8 +340,8 @@ class RunFolder:
         """The epoch weights present (``epoch-NNN.pt`` files), oldest first."""
         return sorted(
             p
-            for p in self.path.glob("epoch-*.pt")
-            if _EPOCH_FILE.fullmatch(p.name) and p.is_file()
+            for p in self.path.glob("*.pt")
+            if is_epoch_file(p.name) and p.is_file()
         )
 
     def foreign_files(self) -> list[str]:
@@ -446,7 +443,7 @@ class RunFolder:
             base = match.group(1)
             if (
                 base in (*_LEGACY_FILES, MANIFEST)
-                or _EPOCH_FILE.fullmatch(base)
+                or is_epoch_file(base)
                 or base.endswith(".hyp.en")
             ):
                 path.unlink(missing_ok=True)

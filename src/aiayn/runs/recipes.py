@@ -49,7 +49,7 @@ from ..model import count_parameters
 from ..schedule import make_optimizer, noam_scheduler
 from ..training import distributed
 from ..training.batches import EpochBatches, eval_batches
-from ..training.loop import FitState, fit
+from ..training.loop import FitConfig, FitState, fit
 from ..training.step import amp_dtype_for
 from .folder import (
     CHECKPOINT,
@@ -354,9 +354,7 @@ def train(
                 f"{plan.position['step']}, nothing to train"
             )
             return summary
-        plan = plan._replace(
-            action="resume", checkpoint=folder.read_verified(CHECKPOINT)
-        )
+        plan = plan._replace(action="resume")  # its checkpoint, as read
     tokenizer = None
     if plan.action == "resume":
         folder.read_verified(TOKENIZER)
@@ -536,26 +534,28 @@ def _run(
             history = fit(
                 model,
                 batches,
-                epochs=cfg.epochs,
+                config=FitConfig(
+                    epochs=cfg.epochs,
+                    clip_norm=cfg.clip_norm,
+                    amp_dtype=amp,
+                    device=device,
+                    max_steps=cfg.max_steps,
+                    checkpoint_every=cfg.checkpoint_every,
+                    checkpoint_minutes=cfg.checkpoint_minutes,
+                    checkpoint_extra={"run_id": folder.run_id()},
+                    progress=progress,
+                    cuda_graphs=cfg.cuda_graphs,
+                ),
                 optimizer=optimizer,
                 scheduler=scheduler,
                 loss_fn=LabelSmoothingLoss(
                     cfg.label_smoothing, ignore_index=cfg.model.pad_id
                 ),
-                clip_norm=cfg.clip_norm,
-                amp_dtype=amp,
-                device=device,
-                max_steps=cfg.max_steps,
                 val_batches=eval_batches(data.val_ids, cfg.max_tokens),
-                checkpoint_path=folder.file(CHECKPOINT),
-                checkpoint_every=cfg.checkpoint_every,
-                checkpoint_minutes=cfg.checkpoint_minutes,
-                checkpoint_extra={"run_id": folder.run_id()},
-                resume_from=plan.checkpoint,
-                stop=stop,
-                progress=progress,
                 hook=both_hooks(run_log, hook) if main else None,
-                cuda_graphs=cfg.cuda_graphs,
+                stop=stop,
+                checkpoint_path=folder.file(CHECKPOINT),
+                resume_from=plan.checkpoint,  # read once, by plan_run
             )
         except OSError as err:
             if not is_disk_full(err):

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..files import atomic_write
+from ..training.checkpoints import CHECKPOINT
 from .weights_files import (
     SUMS,
     WEIGHTS_SUFFIX,
@@ -82,7 +83,7 @@ def _release_weights(
     """
     from .load import load_run
 
-    if not (run / "checkpoint.pt").is_file():
+    if not (run / CHECKPOINT).is_file():
         (path,) = sorted(run.glob(f"*{WEIGHTS_SUFFIX}"))
         data = path.read_bytes()
         saved = read_weights(
@@ -194,8 +195,8 @@ def _check_run(run: Path):
         )
     missing = [n for n in RUN_FILES if not (run / n).is_file()]
     weights = sorted(run.glob(f"*{WEIGHTS_SUFFIX}"))
-    if not (run / "checkpoint.pt").is_file() and len(weights) != 1:
-        missing.insert(0, f"checkpoint.pt (or one *{WEIGHTS_SUFFIX})")
+    if not (run / CHECKPOINT).is_file() and len(weights) != 1:
+        missing.insert(0, f"{CHECKPOINT} (or one *{WEIGHTS_SUFFIX})")
     if missing:
         raise FileNotFoundError(
             f"the run {run} lacks {', '.join(missing)}: train it (python -m "

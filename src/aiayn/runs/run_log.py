@@ -3,24 +3,29 @@
 ``plan_run`` reads a folder before anything is written: new, a run to resume (from which checkpoint,
 at which step), a finished run, or one to replace; each refusal says what to do. ``RunLog`` is
 ``fit``'s hook for the folder: the metrics log, the epoch weights to average (only the last
-``average_last`` that can be averaged) and the manifest entries of each checkpoint.
+``average_last`` that can be averaged) and the manifest entries of each checkpoint. The bytes
+and the names of ``checkpoint.pt`` and ``epoch-NNN.pt`` are ``aiayn.training.checkpoints``'s;
+this module only says when and where.
 ``cut_metrics`` cuts ``metrics.jsonl`` back to a checkpoint when a run resumes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
-
 from ..files import WrittenFile, sha256_file
 from ..training import distributed
-from ..training.checkpoints import read_checkpoint
+from ..training.checkpoints import (
+    epoch_bytes,
+    epoch_file,
+    fit_position,
+    is_epoch_file,
+    read_checkpoint,
+)
 from ..training.loop import FitState
 from .folder import (
     CHECKPOINT,
@@ -31,7 +36,6 @@ from .folder import (
     RunFolder,
     RunFolderError,
     check_resumable,
-    epoch_file,
     shown,
 )
 from .presets import TrainConfig
@@ -39,7 +43,8 @@ from .presets import TrainConfig
 
 class Plan(NamedTuple):
     action: str  # "fresh", "restart" (no checkpoint to resume from), "resume", "done"
-    checkpoint: bytes | None = None  # the verified checkpoint to resume from
+    # the verified checkpoint to resume from, read once (fit loads it as it is)
+    checkpoint: dict[str, Any] | None = None
     position: dict[str, Any] | None = (
         None  # its step and epoch, and its manifest entry
     )
@@ -137,26 +142,22 @@ def plan_run(
             "this run's checkpoint, or start afresh with --no-resume "
             "--overwrite"
         )
-    distributed.check_same_world(
-        checkpoint["extra"].get("world_size", 1), f"--out {path}"
-    )
+    at = fit_position(checkpoint)
+    distributed.check_same_world(at.world_size, f"--out {path}")
     check_resumable(folder, old, cfg)
-    step, epoch = checkpoint["step"], checkpoint["epoch"]
     position = {
-        "step": step,
-        "epoch": epoch,
+        "step": at.step,
+        "epoch": at.epoch,
         "entry": folder.entry(CHECKPOINT, data),
     }
-    finished_epochs = (
-        epoch if checkpoint["extra"].get("batches_done", 0) == 0 else None
-    )
+    finished_epochs = at.epoch if at.batches_done == 0 else None
     if finished_epochs is not None and cfg.epochs < finished_epochs:
         raise _fewer_epochs(path, finished_epochs, cfg.epochs)
     if (finished_epochs is not None and cfg.epochs == finished_epochs) or (
-        cfg.max_steps is not None and step >= cfg.max_steps
+        cfg.max_steps is not None and at.step >= cfg.max_steps
     ):
-        return Plan("done", None, position, old)
-    return Plan("resume", data, position, old)
+        return Plan("done", checkpoint, position, old)
+    return Plan("resume", checkpoint, position, old)
 
 
 def _fewer_epochs(path: Path, done: int, asked: int) -> ResumeError:
@@ -247,24 +248,15 @@ class RunLog:
                 self.cfg.average_last > 1
                 and self.epochs_done >= self.first_averaged
             ):
-                buffer = io.BytesIO()
-                torch.save(
-                    {
-                        "model": state.model.state_dict(),
-                        "step": state.step,
-                        "epoch": state.epoch + 1,
-                    },
-                    buffer,
-                )
                 self.folder.write(
                     epoch_file(state.epoch + 1),
-                    buffer.getbuffer(),
+                    epoch_bytes(state.model, state.step, state.epoch + 1),
                     step=state.step,
                 )
                 epochs = sorted(
                     n
                     for n in self.folder.manifest()["files"]
-                    if n.startswith("epoch-")
+                    if is_epoch_file(n)
                 )
                 for old in epochs[: -self.cfg.average_last]:
                     self.folder.remove(old)

@@ -1,7 +1,7 @@
 """Scoring a trained run: translate a split, score it with our BLEU and sacreBLEU, keep one result per setting.
 
-``evaluate(run_dir)`` loads the run (``translation.load_run``), translates the split
-(``translation.translate``), scores it and saves the entry ``setting_name(...)`` of ``results.json``
+``evaluate(run_dir)`` loads the run (``aiayn.runs.load.load_run``), translates the split
+(``decoding.translate.translate``), scores it and saves the entry ``setting_name(...)`` of ``results.json``
 with the translations beside it, under the folder's lock, after checking again whose results the
 folder holds. ``python -m aiayn.evaluate`` is its command.
 """

@@ -1,19 +1,28 @@
-"""Checkpoints: everything a run needs to continue exactly, written atomically and read safely.
+"""Checkpoints: the one module that writes and reads the weights files of a run.
 
-A checkpoint holds the model's weights, the optimizer's and the scheduler's states, the step and
-the epoch, the torch random states (CPU and CUDA: dropout continues with the same draws), an
-``extra`` dict (``fit`` keeps its position in the epoch and its history there) and, in float16
-training, the gradient scaler's state (its loss scale), so a resumed run scales as it would have.
+Two kinds of file, both serialized and parsed here only (a run folder places them,
+``aiayn.runs.folder``; ``fit`` and the run's log decide when):
+
+    checkpoint.pt   everything a run needs to continue exactly: the model's weights, the
+                    optimizer's and the scheduler's states, the step and the epoch, the torch
+                    random states (CPU and CUDA: dropout continues with the same draws), an
+                    ``extra`` dict (``fit`` keeps its place in the epoch and its history there:
+                    ``fit_extra``, read back by ``fit_position``) and, in float16 training, the
+                    gradient scaler's state (its loss scale), so a resumed run scales as it
+                    would have.
+    epoch-NNN.pt    the weights after epoch NNN (1-based) and their step, for averaging.
+
 Everything is a tensor or a plain container, so ``torch.load(..., weights_only=True)`` reads it
-without running code. ``aiayn.training.loop.fit`` writes and reads them through this module.
+without running code; ``read_checkpoint`` reads both kinds, with errors that name the file.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -21,13 +30,33 @@ from torch import nn
 from ..files import WrittenFile, atomic_write, unreadable_weights
 
 __all__ = [
+    "CHECKPOINT",
+    "epoch_file",
+    "is_epoch_file",
     "checkpoint_bytes",
     "save_checkpoint",
+    "epoch_bytes",
+    "fit_extra",
+    "FitPosition",
+    "fit_position",
     "read_checkpoint",
     "load_checkpoint",
     "rng_state",
     "set_rng_state",
 ]
+
+CHECKPOINT = "checkpoint.pt"
+_EPOCH_FILE = re.compile(r"epoch-\d{3,}\.pt")
+
+
+def epoch_file(epoch: int) -> str:
+    """The name of the weights after ``epoch`` (1-based): ``epoch-007.pt``."""
+    return f"epoch-{epoch:03d}.pt"
+
+
+def is_epoch_file(name: str) -> bool:
+    """Is ``name`` the name of an epoch's weights (``epoch-NNN.pt``)?"""
+    return _EPOCH_FILE.fullmatch(name) is not None
 
 
 def rng_state() -> dict[str, Any]:
@@ -108,10 +137,96 @@ def save_checkpoint(
     return atomic_write(path, data)
 
 
+def epoch_bytes(model: nn.Module, step: int, epoch: int) -> memoryview:
+    """The weights after ``epoch`` (1-based), reached at ``step``: an ``epoch-NNN.pt`` file."""
+    buffer = io.BytesIO()
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "step": int(step),
+            "epoch": int(epoch),
+        },
+        buffer,
+    )
+    return buffer.getbuffer()
+
+
+# --- What fit keeps in a checkpoint's extra -------------------------------------------------------
+
+
+def fit_extra(
+    extra: dict[str, Any],
+    batches_done: int,
+    epoch_rng: dict[str, Any] | None,
+    history: dict[str, Any],
+    rank_rng: list[tuple[dict[str, Any], Any]] | None = None,
+) -> dict[str, Any]:
+    """``extra`` and where ``fit`` stands: what ``fit_position`` reads back.
+
+    Args:
+        extra: the caller's own plain values (``fit``'s ``checkpoint_extra``).
+        batches_done: batches of the epoch done (0: the epoch starts).
+        epoch_rng: the random state as the epoch began (a shuffling loader draws from it).
+        history: ``History.state_dict()``.
+        rank_rng: under torchrun, every rank's ``(random state, epoch_rng)``.
+    """
+    saved = {
+        **extra,
+        "batches_done": batches_done,
+        "epoch_rng": epoch_rng,
+        "history": history,
+    }
+    if rank_rng is not None:
+        saved["world_size"] = len(rank_rng)
+        saved["rank_rng"] = rank_rng
+    return saved
+
+
+class FitPosition(NamedTuple):
+    """Where a checkpoint of ``fit`` stands, as one rank needs it to go on.
+
+    ``rng``: the random state at the save; ``epoch_rng``: as the epoch began; ``history``:
+    ``History.state_dict()``; ``world_size``: the processes that trained it.
+    """
+
+    step: int
+    epoch: int
+    batches_done: int
+    world_size: int
+    rng: dict[str, Any]
+    epoch_rng: dict[str, Any]
+    history: dict[str, Any]
+
+
+def fit_position(checkpoint: dict[str, Any], rank: int = 0) -> FitPosition:
+    """Where the checkpoint (``read_checkpoint``'s dict) stands, for the process of ``rank``.
+
+    A checkpoint not written by ``fit`` (``save_checkpoint``'s own) stands at the start of its
+    epoch, with its random state and an empty history.
+    """
+    extra = checkpoint["extra"]
+    rng = checkpoint["rng"]
+    epoch_rng = extra.get("epoch_rng") or rng
+    if "rank_rng" in extra and rank < len(extra["rank_rng"]):
+        rng, epoch_rng = extra["rank_rng"][rank]  # this rank's own
+    return FitPosition(
+        step=checkpoint["step"],
+        epoch=checkpoint["epoch"],
+        batches_done=extra.get("batches_done", 0),
+        world_size=extra.get("world_size", 1),
+        rng=rng,
+        epoch_rng=epoch_rng,
+        history=extra.get("history", {}),
+    )
+
+
 def read_checkpoint(
     source: str | os.PathLike | bytes, name: str | None = None
 ) -> dict[str, Any]:
-    """``torch.load(..., weights_only=True)`` of a file (or its bytes), with errors that name the file.
+    """A checkpoint or an epoch's weights, read safely, with errors that name the file.
+
+    ``torch.load(..., weights_only=True)``, which cannot run code from the file; a file that
+    holds no ``model`` state is refused.
 
     Args:
         source: the file, or its bytes already read (and checked) by the caller.
@@ -147,7 +262,7 @@ def read_checkpoint(
 
 
 def load_checkpoint(
-    path: str | os.PathLike | bytes,
+    path: str | os.PathLike | bytes | dict[str, Any],
     model: nn.Module | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
@@ -157,10 +272,11 @@ def load_checkpoint(
     """Read a checkpoint written by ``save_checkpoint`` and load it into the objects given.
 
     Loading uses ``torch.load(..., weights_only=True)``, which cannot run code from the file. The
-    RNG states are returned, not applied (``fit`` applies them when it resumes).
+    RNG states are returned, not applied (``fit`` applies them when it resumes, ``fit_position``).
 
     Args:
-        path: the checkpoint file (or its bytes).
+        path: the checkpoint file, its bytes, or the dict ``read_checkpoint`` gave (not read
+            again).
         model, optimizer, scheduler: loaded in place when given.
         name: how the file is called in errors (default: the path).
         scaler: a ``GradScaler``, given the saved loss scale (a checkpoint of a run without
@@ -169,8 +285,12 @@ def load_checkpoint(
     Returns:
         The checkpoint dict: ``model``, ``optimizer``, ``scheduler``, ``step``, ``epoch``, ``rng``, ``extra``.
     """
-    label = name or str(path)
-    checkpoint = read_checkpoint(path, label)
+    if isinstance(path, dict):
+        label = name or "the checkpoint"
+        checkpoint = path
+    else:
+        label = name or str(path)
+        checkpoint = read_checkpoint(path, label)
     try:
         if model is not None:
             model.load_state_dict(checkpoint["model"])

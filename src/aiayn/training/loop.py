@@ -1,11 +1,13 @@
 """Training: ``fit``, a resumable loop over epochs of steps, each one ``train_step``.
 
-Read top to bottom: ``fit``, which checks its arguments, fills in the defaults (Adam, the schedule,
-the loss), loads a checkpoint to resume from and builds the loop's pieces, and ``training_loop``,
-the whole of training on one screen: epochs of steps that evaluate, save checkpoints and tell the
-``hook`` what happened. The pieces live in ``aiayn.training.loop_pieces``, the ``History`` and ``FitState``
-in ``aiayn.training.history``, the step itself (autocast, clipping, Adam) in ``aiayn.training.step``, the schedule in
-``aiayn.schedule``, the loss in ``aiayn.loss``, the batches in ``aiayn.training.batches``.
+Read top to bottom: ``FitConfig``, a run's settings (checked once); ``fit``, which fills in the
+defaults (Adam, the schedule, the loss), loads a checkpoint to resume from and builds the loop's
+pieces; and ``training_loop``, the whole of training on one screen: epochs of steps that
+evaluate, save checkpoints and tell the ``hook`` what happened. The pieces live in
+``aiayn.training.loop_pieces``, the ``History`` and ``FitState`` in ``aiayn.training.history``,
+the checkpoints' files in ``aiayn.training.checkpoints``, the step itself (autocast, clipping,
+Adam) in ``aiayn.training.step``, the schedule in ``aiayn.schedule``, the loss in
+``aiayn.loss``, the batches in ``aiayn.training.batches``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -44,6 +47,7 @@ from .step import (
 __all__ = [
     "History",
     "FitState",
+    "FitConfig",
     "fit",
     "training_loop",
     # the loop's pieces, from aiayn.training.loop_pieces
@@ -86,35 +90,78 @@ def _as_batch(
     )
 
 
+@dataclass(frozen=True)
+class FitConfig:
+    """How ``fit`` trains: its settings, apart from the objects it trains with and its hooks.
+
+    Args:
+        epochs: passes over the data.
+        clip_norm: clip the gradient norm to this value; ``None`` turns clipping off.
+        amp_dtype: ``torch.bfloat16`` or ``torch.float16`` runs the forward pass under
+            ``torch.autocast``; ``None`` trains in full precision.
+        device: where to train; default: where the model's parameters are.
+        bos_id: needed only when ``batches`` yields ``(src, tgt)`` pairs.
+        max_steps: stop after this many optimizer steps in total (counting steps before a resume).
+        eval_every: evaluate every this many steps; ``None``: at the end of every epoch.
+        checkpoint_every: also save every this many steps.
+        checkpoint_minutes: also save when this many minutes passed since the last save.
+        checkpoint_extra: more plain values stored in every checkpoint (``extra``).
+        progress: show a tqdm progress bar with loss, tokens/s and learning rate.
+        cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
+            batch shape (``cuda_graphs.GraphedShapes``; CUDA and one process only). Each new shape
+            is captured, so fewer shapes (``EpochBatches(pad_to=..., pad_rows=...)``) capture less.
+    """
+
+    epochs: int = 1
+    clip_norm: float | None = 1.0
+    amp_dtype: torch.dtype | None = None
+    device: torch.device | str | None = None
+    bos_id: int | None = None
+    max_steps: int | None = None
+    eval_every: int | None = None
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float | None = None
+    checkpoint_extra: dict[str, Any] | None = None
+    progress: bool = True
+    cuda_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        check_positive(epochs=self.epochs)
+        for name in ("max_steps", "eval_every", "checkpoint_every"):
+            if getattr(self, name) is not None:
+                check_positive(**{name: getattr(self, name)})
+        if self.amp_dtype not in (None, torch.bfloat16, torch.float16):
+            raise ValueError(
+                "amp_dtype must be None, torch.bfloat16 or torch.float16, "
+                f"got {self.amp_dtype}"
+            )
+        for name in ("clip_norm", "checkpoint_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(
+                    f"{name} must be positive or None, got {value!r}"
+                )
+
+
 def fit(
     model: nn.Module,
     batches: BatchSource,
+    config: FitConfig | None = None,
     *,
-    epochs: int = 1,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     | None = None,
-    clip_norm: float | None = 1.0,
-    amp_dtype: torch.dtype | None = None,
     scaler: torch.amp.GradScaler | None = None,
-    device: torch.device | str | None = None,
-    bos_id: int | None = None,
-    max_steps: int | None = None,
     val_batches: Sequence[Batch] | None = None,
     eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
-    eval_every: int | None = None,
-    checkpoint_path: str | os.PathLike | None = None,
-    checkpoint_every: int | None = None,
-    checkpoint_minutes: float | None = None,
-    checkpoint_extra: dict[str, Any] | None = None,
-    resume_from: str | os.PathLike | bytes | None = None,
-    stop: threading.Event | None = None,
-    progress: bool = True,
     hook: Callable[[FitState], None] | None = None,
-    cuda_graphs: bool = False,
+    stop: threading.Event | None = None,
+    checkpoint_path: str | os.PathLike | None = None,
+    resume_from: str | os.PathLike | bytes | dict[str, Any] | None = None,
+    **settings: Any,
 ) -> History:
-    """Train ``model`` on ``batches`` for ``epochs`` epochs and return the ``History``.
+    """Train ``model`` on ``batches`` as ``config`` says and return the ``History``.
 
     Every step is one ``train_step``. After each epoch (or every ``eval_every`` steps) ``fit``
     evaluates: the mean loss on ``val_batches`` and whatever ``eval_fn`` returns. Checkpoints are
@@ -138,53 +185,42 @@ def fit(
     on the step's loss and on stopping and saving. Rank 0 alone writes the checkpoint, which
     holds every rank's random state; give the ``hook`` and the progress bar to rank 0 only.
 
+    The settings are a ``FitConfig``, or its fields as keywords (``fit(model, batches,
+    epochs=2, progress=False)``); keywords given with a ``config`` replace its fields.
+
     Args:
         model: a ``Transformer`` (anything called as ``model(src, tgt_in, src_mask, tgt_mask)``;
             the defaults below read ``model.config.d_model`` and ``model.config.pad_id``).
         batches: ``Batch`` objects (or ``(src, tgt)`` tensor pairs with ``bos_id`` given), re-iterated
             every epoch: a list, a ``DataLoader``, or a function ``epoch -> iterable``.
-        epochs: passes over the data.
+        config: the settings (default ``FitConfig()``: one epoch, clipping at 1.0).
         optimizer: default ``make_optimizer(model)`` (Adam, lr 1.0) with, when ``scheduler`` is also
             ``None``, ``noam_scheduler(optimizer, model.config.d_model)`` (warmup 4000).
         scheduler: stepped after every optimizer step; ``None`` keeps the rate constant (unless the
             default optimizer is used).
         loss_fn: ``(logits (B, T, V), tgt_out (B, T)) -> scalar``; default
             ``LabelSmoothingLoss(0.1, ignore_index=model.config.pad_id)``.
-        clip_norm: clip the gradient norm to this value; ``None`` turns clipping off.
-        amp_dtype: ``torch.bfloat16`` or ``torch.float16`` runs the forward pass under
-            ``torch.autocast``; ``None`` trains in full precision.
         scaler: the ``GradScaler`` of float16 training; default ``make_grad_scaler(amp_dtype, device)``
             (one for float16, none otherwise). Its state is saved in checkpoints and restored.
-        device: where to train; default: where the model's parameters are.
-        bos_id: needed only when ``batches`` yields ``(src, tgt)`` pairs.
-        max_steps: stop after this many optimizer steps in total (counting steps before a resume).
         val_batches: validation batches; each evaluation adds ``val_loss`` and ``val_ppl``.
         eval_fn: called as ``eval_fn(model)`` with the model in eval mode and gradients off;
             returns a dict of metrics.
-        eval_every: evaluate every this many steps; ``None``: at the end of every epoch.
-        checkpoint_path: where checkpoints go; each save replaces the last.
-        checkpoint_every: also save every this many steps.
-        checkpoint_minutes: also save when this many minutes passed since the last save.
-        checkpoint_extra: more plain values stored in every checkpoint (``extra``).
-        resume_from: a checkpoint written by ``fit`` (a path, or its bytes) to continue from.
+        hook: called with a frozen ``FitState`` after every step, epoch end, evaluation and save.
         stop: when this event is set (e.g. by a Ctrl-C handler), ``fit`` finishes the step under
             way, saves a checkpoint and returns.
-        progress: show a tqdm progress bar with loss, tokens/s and learning rate.
-        hook: called with a frozen ``FitState`` after every step, epoch end, evaluation and save.
-        cuda_graphs: replay the model's forward and backward passes as CUDA graphs, one pair per
-            batch shape (``cuda_graphs.GraphedShapes``; CUDA and one process only). Each new shape
-            is captured, so fewer shapes (``EpochBatches(pad_to=..., pad_rows=...)``) capture less.
+        checkpoint_path: where checkpoints go; each save replaces the last.
+        resume_from: a checkpoint written by ``fit`` to continue from: a path, its bytes, or the
+            dict ``checkpoints.read_checkpoint`` gave (then it is not read again).
+        **settings: fields of ``FitConfig``.
 
     Returns:
         The ``History`` of the whole run (including steps before a resume).
     """
-    _check_fit_arguments(
-        batches, epochs, max_steps, eval_every, checkpoint_every,
-        amp_dtype, clip_norm, checkpoint_minutes,
-    )  # fmt: skip
+    config = _fit_config(config, settings)
+    _check_batches(batches)
     device = (
-        torch.device(device)
-        if device is not None
+        torch.device(config.device)
+        if config.device is not None
         else next(model.parameters()).device
     )
     model.to(device)
@@ -196,44 +232,43 @@ def fit(
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
     if scaler is None:
-        scaler = make_grad_scaler(amp_dtype, device)
+        scaler = make_grad_scaler(config.amp_dtype, device)
 
     position = Position()
     if resume_from is not None:
         position = Position.resume(
             resume_from, model, optimizer, scheduler, scaler
         )
-    if cuda_graphs:
+    if config.cuda_graphs:
         check_cuda_graphs(device, distributed.world_size())
         module = GraphedShapes(model)
     else:  # under torchrun: DDP averages gradients
         module = distributed.wrap(model)
     step = TrainStep(
-        module,
-        optimizer, loss_fn, scheduler, clip_norm, amp_dtype, scaler,
+        module, optimizer, loss_fn, scheduler,
+        config.clip_norm, config.amp_dtype, scaler,
     )  # fmt: skip
-    bar = _progress_bar(
-        batches, epochs, position.step, max_steps, enabled=progress
-    )
+    bar = _progress_bar(batches, position.step, config)
     report = Report(model, hook, bar)
     saver = Checkpoints(
-        checkpoint_path, checkpoint_every, checkpoint_minutes,
-        checkpoint_extra, model, optimizer, scheduler, scaler, report,
+        checkpoint_path, config.checkpoint_every, config.checkpoint_minutes,
+        config.checkpoint_extra, model, optimizer, scheduler, scaler, report,
         resumed=resume_from is not None,
     )  # fmt: skip
     evaluation = Evaluation(
-        model, val_batches, eval_fn, eval_every, amp_dtype, device, report
-    )
+        model, val_batches, eval_fn, config.eval_every, config.amp_dtype,
+        device, report,
+    )  # fmt: skip
     with report:
         return training_loop(
-            _on_device(batches, device, pad_id, bos_id),
-            epochs,
+            _on_device(batches, device, pad_id, config.bos_id),
+            config.epochs,
             position,
             step,
             saver,
             evaluation,
             report,
-            Stopping(max_steps, stop),
+            Stopping(config.max_steps, stop),
         )
 
 
@@ -300,37 +335,26 @@ def training_loop(
 # --- What fit checks and builds before the loop ---------------------------------------------------
 
 
-def _check_fit_arguments(
-    batches: BatchSource,
-    epochs: int,
-    max_steps: int | None,
-    eval_every: int | None,
-    checkpoint_every: int | None,
-    amp_dtype: torch.dtype | None,
-    clip_norm: float | None,
-    checkpoint_minutes: float | None,
-) -> None:
-    check_positive(epochs=epochs)
-    for name, value in (
-        ("max_steps", max_steps),
-        ("eval_every", eval_every),
-        ("checkpoint_every", checkpoint_every),
-    ):
-        if value is not None:
-            check_positive(**{name: value})
-    if amp_dtype not in (None, torch.bfloat16, torch.float16):
-        raise ValueError(
-            "amp_dtype must be None, torch.bfloat16 or torch.float16, "
-            f"got {amp_dtype}"
+def _fit_config(
+    config: FitConfig | None, settings: dict[str, Any]
+) -> FitConfig:
+    """``config`` (default ``FitConfig()``) with the keywords given to ``fit`` in its fields."""
+    if config is not None and not isinstance(config, FitConfig):
+        raise TypeError(
+            "fit: config must be a FitConfig (or None), got "
+            f"{type(config).__name__}"
         )
-    for name, value in (
-        ("clip_norm", clip_norm),
-        ("checkpoint_minutes", checkpoint_minutes),
-    ):
-        if value is not None and not value > 0:
-            raise ValueError(
-                f"{name} must be positive or None, got {value!r}"
-            )
+    known = {f.name for f in fields(FitConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise TypeError(
+            f"fit() got an unexpected keyword argument {unknown[0]!r}; "
+            f"its settings are FitConfig's fields: {', '.join(sorted(known))}"
+        )
+    return replace(config or FitConfig(), **settings)
+
+
+def _check_batches(batches: BatchSource) -> None:
     if (
         isinstance(batches, Sized)
         and not callable(batches)
@@ -358,14 +382,9 @@ def _on_device(
     return epoch_batches
 
 
-def _progress_bar(
-    batches: BatchSource,
-    epochs: int,
-    initial: int,
-    max_steps: int | None,
-    enabled: bool,
-):
-    if not enabled:
+def _progress_bar(batches: BatchSource, initial: int, config: FitConfig):
+    epochs, max_steps = config.epochs, config.max_steps
+    if not config.progress:
         return None
     try:
         from tqdm.auto import tqdm

@@ -25,6 +25,8 @@ from . import distributed
 from .batches import Batch
 from .checkpoints import (
     checkpoint_bytes,
+    fit_extra,
+    fit_position,
     load_checkpoint,
     rng_state,
     set_rng_state,
@@ -67,33 +69,28 @@ class Position:
     @classmethod
     def resume(
         cls,
-        checkpoint: str | os.PathLike | bytes,
+        checkpoint: str | os.PathLike | bytes | dict[str, Any],
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler | None,
         scaler: torch.amp.GradScaler | None,
     ) -> Position:
-        """Load a checkpoint written by ``fit`` into the model and optimizer; where it stood."""
+        """Load a checkpoint written by ``fit`` (a path, its bytes, or the dict already read)
+        into the model and optimizer; where it stood."""
         saved = load_checkpoint(
             checkpoint, model, optimizer, scheduler, scaler=scaler
         )
-        extra = saved["extra"]
-        distributed.check_same_world(
-            extra.get("world_size", 1), "this checkpoint"
-        )
-        if distributed.world_size() > 1:  # this rank's own random state
-            rank = distributed.rank()
-            saved["rng"], extra["epoch_rng"] = extra["rank_rng"][rank]
-        skip = extra.get("batches_done", 0)
+        at = fit_position(saved, distributed.rank())
+        distributed.check_same_world(at.world_size, "this checkpoint")
         # the RNG as the epoch began, then (mid-epoch) as at the save
-        set_rng_state(extra.get("epoch_rng", saved["rng"]))
+        set_rng_state(at.epoch_rng)
         return cls(
-            step=saved["step"],
-            epoch=saved["epoch"],
-            batches_done=skip,
-            history=History.from_state_dict(extra.get("history", {})),
-            skip=skip,
-            resume_rng=saved["rng"] if skip else None,
+            step=at.step,
+            epoch=at.epoch,
+            batches_done=at.batches_done,
+            history=History.from_state_dict(at.history),
+            skip=at.batches_done,
+            resume_rng=at.rng if at.batches_done else None,
         )
 
     def batches_of(
@@ -364,20 +361,18 @@ class Checkpoints:
             if epoch_end
             else (position.epoch, position.batches_done, position.epoch_rng)
         )
-        extra = {
-            **self.extra,
-            "batches_done": batches_done,
-            "epoch_rng": epoch_rng,
-            "history": position.history.state_dict(),
-        }
-        world = distributed.world_size()
-        if world > 1:  # every rank's random state; rank 0 writes
-            extra["world_size"] = world
-            extra["rank_rng"] = distributed.gather_object(
-                (rng_state(), epoch_rng)
-            )
-            if not distributed.is_main():
+        rank_rng = None
+        if distributed.world_size() > 1:  # every rank's random state
+            rank_rng = distributed.gather_object((rng_state(), epoch_rng))
+            if not distributed.is_main():  # rank 0 writes
                 return
+        extra = fit_extra(
+            self.extra,
+            batches_done,
+            epoch_rng,
+            position.history.state_dict(),
+            rank_rng,
+        )
         data = checkpoint_bytes(
             self.model,
             self.optimizer,
