@@ -6,8 +6,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NB     := $(sort $(wildcard book/*.ipynb))
+# the tests run on WORKERS processes (pytest-xdist): a test file, or a notebook's cells, stay on one of them
+WORKERS ?= 2
 NBVAL  := $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=600 \
-          --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider
+          --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -n $(WORKERS) --dist loadscope
 
 # A second nbval run under another CPU kernel set and one thread: stored outputs must not depend on float rounding.
 PORTABLE := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2 OMP_NUM_THREADS=1
@@ -44,7 +46,7 @@ lint: $(STAMP)
 
 # the chart tests evaluate Vega expressions with the site's own packages, so they need node_modules
 unit: $(STAMP) node_modules/.package-lock.json
-	$(PY) -m pytest -q tests --ignore=tests/site
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests --ignore=tests/site
 
 nbval: $(STAMP)
 	$(NBVAL) $(NB)
