@@ -32,10 +32,11 @@ from aiayn.engine.fast_attention import FastMultiHeadAttention
 from aiayn.engine.switch import set_fast
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
+from aiayn.runs import recipes
 from aiayn.runs.folder import ResumeError
 from aiayn.runs.load import average_checkpoints, load_run
 from aiayn.runs.presets import PRESETS, TrainConfig, get_preset
-from aiayn.runs.recipes import train
+from aiayn.runs.recipes import train, warmup_note
 from aiayn.runs.scoring import evaluate
 from aiayn.training.checkpoints import save_checkpoint
 from aiayn.training.step import amp_dtype_for
@@ -433,7 +434,7 @@ def test_the_train_command_trains_with_set_fast_and_compiles_with_dynamic_shapes
 ):
     """A fused-attention preset trains on every fast path (proven equal in test_training.py), and
     --compile compiles once for all batch shapes; on a CPU it says that compiling is slower."""
-    import aiayn.runs.recipes as recipes
+
     from aiayn.attention import MultiHeadAttention
     from aiayn.layers import LayerNorm
     from aiayn.model import Transformer
@@ -464,3 +465,35 @@ def test_the_train_command_trains_with_set_fast_and_compiles_with_dynamic_shapes
     # cuDNN's attention builds a plan per batch shape (0.4 s each on an H100): off while training
     assert seen["cudnn attention"] is False and torch.backends.cuda.cudnn_sdp_enabled()
     assert "compiled training on a CPU is slower than eager" in capsys.readouterr().out
+
+
+# --- A warm-up that fits its run ------------------------------------------------------------------
+
+
+def test_a_warm_up_as_long_as_the_run_is_named_with_what_to_change():
+    cfg = get_preset("multi30k")  # warm-up 1,000 steps, 40 epochs
+    assert warmup_note(cfg, steps_per_epoch=112, processes=1) is None  # 4,480 steps: it peaks and decays
+    assert warmup_note(cfg, steps_per_epoch=14, processes=8) == (
+        "note: the warm-up (1,000 steps) is not shorter than this run (560 steps: 40 epochs of 14 steps on 8 "
+        "processes), so the learning rate rises all run, never peaks and never decays; train longer (--epochs, "
+        '--max-steps) or give "warmup" below 560 in a --config file (e.g. a fifth of the run, 112)'
+    )
+    capped = warmup_note(cfg.with_changes(max_steps=1000), steps_per_epoch=112, processes=1)
+    assert "(1,000 steps: --max-steps 1,000)" in capped  # equal is not shorter
+    assert warmup_note(cfg.with_changes(max_steps=1001), steps_per_epoch=112, processes=1) is None
+
+
+@pytest.mark.parametrize("warmup, said", [(24, True), (23, False)])  # 200 pairs: 3 epochs of 8 steps
+def test_the_train_command_says_so_before_step_1(warmup, said, tmp_path, root, monkeypatch):
+    lines: list[str] = []
+
+    def fit_spy(*args, **kwargs):
+        lines.append("step 1")
+        raise KeyboardInterrupt  # nothing more is needed from this run
+
+    monkeypatch.setattr(recipes, "fit", fit_spy)
+    cfg = SMOKE.with_changes(train_subset=200, val_subset=10, vocab_size=300, warmup=warmup)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", root=root, device="cpu", progress=False, log=lines.append)
+    notes = [line for line in lines if "is not shorter than this run" in line]
+    assert len(notes) == int(said) and lines[-1] == "step 1", lines

@@ -84,6 +84,7 @@ __all__ = [
     "RunSummary",
     "TrainingInterrupted",
     "train",
+    "warmup_note",
     # re-exported from their homes
     "PRESETS",
     "TrainConfig",
@@ -394,6 +395,7 @@ def train(
                 progress,
                 start_time,
                 hook,
+                say,
             )
 
 
@@ -459,6 +461,35 @@ def _open_run(
     return first_step
 
 
+def warmup_note(
+    cfg: TrainConfig, steps_per_epoch: int, processes: int
+) -> str | None:
+    """One line when the warm-up is not shorter than the run: the rate would never peak nor decay.
+
+    Args:
+        cfg: the run's config (``warmup``, ``epochs``, ``max_steps``).
+        steps_per_epoch: optimizer steps an epoch, on each process (``len(EpochBatches)``).
+        processes: how many processes train together (each step takes one batch on each).
+
+    Returns:
+        The line (what is wrong and what to change), or ``None`` when the schedule fits the run.
+    """
+    total = cfg.epochs * steps_per_epoch
+    on = f" on {processes} processes" if processes > 1 else ""
+    run = f"{cfg.epochs} epochs of {steps_per_epoch} steps{on}"
+    if cfg.max_steps is not None and cfg.max_steps < total:
+        total, run = cfg.max_steps, f"--max-steps {cfg.max_steps:,}"
+    if cfg.warmup < total:
+        return None
+    return (
+        f"note: the warm-up ({cfg.warmup:,} steps) is not shorter than this run "
+        f"({total:,} steps: {run}), so the learning rate rises all run, never "
+        "peaks and never decays; train longer (--epochs, --max-steps) or give "
+        f'"warmup" below {total:,} in a --config file (e.g. a fifth of the '
+        f"run, {max(1, total // 5):,})"
+    )
+
+
 def _attention_kernels() -> contextlib.AbstractContextManager:
     """Fused attention without cuDNN's kernel while training.
 
@@ -487,6 +518,7 @@ def _run(
     progress: bool,
     start_time: float,
     hook: Callable[[FitState], None] | None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> RunSummary:
     """Build the model and train it (every rank); rank 0 logs, saves and writes the summary."""
     main = distributed.is_main()
@@ -517,6 +549,9 @@ def _run(
         pad_to=cfg.pad_to,
         pad_rows=cfg.pad_rows,
     )
+    note = warmup_note(cfg, len(batches), distributed.world_size())
+    if note is not None:
+        say(note)  # before step 1
 
     with (
         open(folder.file(METRICS) if main else os.devnull, "a") as log_file,
