@@ -1,0 +1,66 @@
+"""Exercises that answer back (aiayn.pages.exercises): each check says right or what is wrong, and every
+exercise a chapter asks is one the package can check."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from aiayn.pages.exercises import EXERCISES, check, verdicts
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+CALL = re.compile(r"""check\(\s*["'](\d+\.\d+\.\d+)["']""")
+
+
+def _truths(exercise):
+    return {name: truth.value for name, truth in EXERCISES[exercise]().items()}
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_the_right_answer_is_right_and_a_blank_is_not_answered(exercise, capsys):
+    check(exercise, **_truths(exercise))
+    out = capsys.readouterr().out
+    assert out.endswith(f"Exercise {exercise}: all right.\n") and "not" not in out
+    check(exercise)
+    out = capsys.readouterr().out
+    assert "not answered yet" in out and "all right" not in out
+
+
+def test_a_wrong_answer_says_what_was_expected_without_the_value(capsys):
+    said = verdicts("5.3.1", d_k="16", queries=(2, 4, 7), attn=(2, 4, 7, 8), parameters=16_640)
+    assert said == {
+        "d_k": "expected a number, got '16'",
+        "queries": "expected 4 axes, got 3",
+        "attn": "not this shape",
+        "parameters": None,
+    }
+    check("5.3.1", d_k=16, queries=(2, 4, 7, 16), attn=(2, 4, 7, 8), parameters=16_640)
+    out = capsys.readouterr().out
+    assert "all right" not in out
+    assert "attn: not this shape. Hint: one L x L map per sentence and head" in out
+    assert "(2, 4, 7, 7)" not in out  # the hint does not give the answer away
+
+
+def test_a_number_is_right_within_its_tolerance_only():
+    assert verdicts("5.2.1", std_before=8, std_after=1)["std_before"] is None
+    assert verdicts("5.2.1", std_before=64, std_after=1)["std_before"] == "not within 5% of the right value"
+    assert verdicts("5.2.1", std_before=float("nan"), std_after=1)["std_before"] == "expected a number, got nan"
+    assert verdicts("8.4.1", kept=[1, 0], first=0.625)["kept"] is None  # a list is read as a set
+    assert verdicts("8.4.1", kept={0, 1, 2}, first=0.625)["kept"] == "not these"
+
+
+def test_an_unknown_exercise_or_part_is_refused_by_name():
+    with pytest.raises(KeyError, match=r"no exercise '9.9.9': expected one of 5.2.1"):
+        verdicts("9.9.9")
+    with pytest.raises(KeyError, match="exercise 5.2.1 asks for std_before, std_after; it does not ask for std"):
+        verdicts("5.2.1", std=8)
+
+
+def test_every_exercise_a_chapter_checks_is_known_and_every_known_one_is_asked():
+    asked = set()
+    for path in BOOK.glob("*.ipynb"):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                asked |= set(CALL.findall("".join(cell["source"])))
+    assert asked == set(EXERCISES)
