@@ -39,7 +39,9 @@ class Truth:
     rel: float = 0.0
 
 
-def _mha_shapes() -> dict[str, Truth]:  # 5.3, exercise 1
+def _mha_shapes() -> dict[str, Truth]:
+    """5.3: the shapes and parameters of one multi-head attention layer."""
+
     from ..attention import MultiHeadAttention
 
     torch.manual_seed(0)
@@ -64,9 +66,9 @@ def _mha_shapes() -> dict[str, Truth]:  # 5.3, exercise 1
     }
 
 
-def _score_spread() -> dict[
-    str, Truth
-]:  # 5.2: the spread of q.k, before and after the scale
+def _score_spread() -> dict[str, Truth]:
+    """5.2: the spread of q.k, before and after the scale."""
+
     d_k = 64
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 100_000, d_k, generator=g)
@@ -88,9 +90,34 @@ def _score_spread() -> dict[
     }
 
 
-def _copy_tokens() -> dict[
-    str, Truth
-]:  # 8.2: what one batch of the copy task holds
+def _head_8() -> dict[str, Truth]:
+    """5.4: layer 1's head 8 of the published model, from the recorded q and k."""
+    from .stepthrough import load_stepthrough
+
+    record = load_stepthrough()  # the published model on test line 209
+    head = record["encoder"]["layers"][0]["attention"]
+    q, k = torch.tensor(head["q"][7]), torch.tensor(head["k"][7])  # (S, d_k)
+    scores = q @ k.T  # (S, S)
+    weights = (scores / math.sqrt(record["sizes"]["d_k"])).softmax(-1)
+    return {  # Bauarbeiter is piece 1, Zwei piece 0
+        "score": Truth(
+            scores[1, 0].item(),
+            "the dot product of Bauarbeiter's query (row 1 of q) and "
+            "Zwei's key (row 0 of k), before the scale",
+            rel=0.02,
+        ),
+        "weight": Truth(
+            weights[1, 0].item(),
+            "divide Bauarbeiter's scores with every key by sqrt(d_k), then "
+            "take the softmax of that row",
+            rel=0.01,
+        ),
+    }
+
+
+def _copy_tokens() -> dict[str, Truth]:
+    """8.2: what one batch of the copy task holds."""
+
     from ..training.batches import copy_task_batches
 
     batch = copy_task_batches(1, 96, 6, 12, seed=0)[0]
@@ -107,7 +134,9 @@ def _copy_tokens() -> dict[
     }
 
 
-def _top_p() -> dict[str, Truth]:  # 8.4: which pieces does top-p = 0.7 keep?
+def _top_p() -> dict[str, Truth]:
+    """8.4: which pieces does top-p = 0.7 keep?"""
+
     from ..decoding.search import sampling_probs
 
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
@@ -129,6 +158,7 @@ def _top_p() -> dict[str, Truth]:  # 8.4: which pieces does top-p = 0.7 keep?
 EXERCISES: dict[str, Callable[[], dict[str, Truth]]] = {
     "5.2.1": _score_spread,
     "5.3.1": _mha_shapes,
+    "5.4.2": _head_8,
     "8.2.1": _copy_tokens,
     "8.4.1": _top_p,
 }
