@@ -243,12 +243,34 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         # a second visit reads the files from Cache Storage
         again, second_report = su.open_page(context, base_url, su.html_path(DOC))
         again.wait_for_selector(".aiayn-load", timeout=20_000)
+        again.fill("#aiayn-german", SENTENCE)
+        again.focus("#aiayn-german")
+        again.keyboard.press("Enter")  # before the translator is loaded: a hint, no new line
+        assert again.inner_text(".aiayn-message").startswith("Load the translator first")
+        assert again.input_value("#aiayn-german") == SENTENCE
         before = len(second_report.requests)
         again.click(".aiayn-load")
         again.wait_for_function("() => !document.querySelector('.aiayn-translate').disabled", timeout=LOAD_MS)
         assert "from this browser's cache" in again.inner_text(".aiayn-message")
         fetched = [u for u in second_report.requests[before:] if HEAVY.search(u)]
         assert not fetched, f"the second visit downloaded {fetched} again"
+
+        # the keyboard: focus on Translate after Load; Enter in the box translates, the result is announced
+        # and the focus comes back to the box; Shift+Enter starts a new line
+        assert again.evaluate("() => document.activeElement.className") == "aiayn-translate"
+        again.focus("#aiayn-german")
+        again.keyboard.press("Enter")
+        again.wait_for_function(
+            "() => !document.querySelector('.aiayn-timing').hidden && "
+            "!document.querySelector('.aiayn-translate').disabled", timeout=TRANSLATE_MS)
+        shown, timing = again.inner_text(".aiayn-english"), again.inner_text(".aiayn-timing")
+        assert shown == english_of(twin, SENTENCE, 1) and again.input_value("#aiayn-german") == SENTENCE
+        assert again.evaluate("() => document.activeElement.id") == "aiayn-german"
+        ms = re.search(r": ([\d,]+) ms", timing).group(1)
+        assert again.get_attribute(".aiayn-announce", "aria-live") == "polite"
+        assert again.text_content(".aiayn-announce") == f"{shown} ({ms} ms)"
+        again.keyboard.press("Shift+Enter")
+        assert again.input_value("#aiayn-german") == SENTENCE + "\n" and again.inner_text(".aiayn-timing") == timing
         assert not (second_report.console_errors + second_report.page_errors)
     finally:
         context.close()

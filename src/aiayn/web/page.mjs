@@ -198,7 +198,8 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
     Object.values(bytes));
   const seconds = (performance.now() - started) / 1000;
   const from = loaded.every(f => f.cached) ? 'from this browser\'s cache' : 'downloaded';
-  ui.say(`Ready: ${megabytes(total)} ${from} and started in ${seconds.toFixed(1)} s.`);
+  ui.say(`Ready: ${megabytes(total)} ${from} and started in ${seconds.toFixed(1)} s. ` +
+    'Press Enter in the box (Shift+Enter for a new line) or Translate.');
   return ask;
 }
 
@@ -302,11 +303,19 @@ function live(root, site, manifest, manifestUrl) {
     `onnxruntime-web (${megabytes(site.runtime.bytes)}) load once, and the browser keeps them.`);
   const english = element('p', {class: 'aiayn-english', lang: 'en', hidden: true});
   const timing = element('p', {class: 'aiayn-timing', hidden: true});
+  // what a screen reader announces when a translation is done: the English and its time
+  const announce = element('p', {class: 'aiayn-announce', role: 'status', 'aria-live': 'polite'});
   const draws = drawsView();
-  root.append(form, message, english, timing, draws.list);
+  root.append(form, message, english, timing, announce, draws.list);
   const view = new AttentionView(root);
   const chosen = () => form.elements['aiayn-decoding'].value;
   form.addEventListener('change', () => { knobs.box.hidden = chosen() !== 'sample'; });
+  text.addEventListener('keydown', event => {  // Enter translates, Shift+Enter starts a new line
+    if (event.key !== 'Enter' || event.shiftKey || event.isComposing) return;
+    event.preventDefault();
+    if (ask === null) say('Load the translator first (the button below the box), then press Enter.');
+    else form.requestSubmit();
+  });
   root.append(paragraph('aiayn-terms', TERMS));
 
   const say = (text, isError = false) => {
@@ -327,6 +336,7 @@ function live(root, site, manifest, manifestUrl) {
       ask = await loadTranslator(site, manifest, manifestUrl, {progress, say});
       load.hidden = true;
       go.disabled = false;
+      go.focus();  // the button that was pressed is gone: the next one takes the focus
     } catch (err) {
       say(`The translator could not be loaded: ${err.message}`, true);
       load.disabled = false;
@@ -341,6 +351,7 @@ function live(root, site, manifest, manifestUrl) {
     const sampling = chosen() === 'sample' ? knobs.read() : null;
     const how = sampling ? describe(sampling) : k === 1 ? 'greedy' : `beam search, K = ${k}`;
     clear();
+    announce.textContent = '';
     go.disabled = true;
     say(`Translating (${how})…`);
     try {  // in the worker
@@ -351,6 +362,7 @@ function live(root, site, manifest, manifestUrl) {
         `${Math.round(answer.ms).toLocaleString('en')} ms on this machine (one thread), ` +
         `${answer.ids.length} German and ${answer.ys.length - 1} English pieces.`;
       english.hidden = timing.hidden = false;
+      announce.textContent = `${answer.english} (${Math.round(answer.ms).toLocaleString('en')} ms)`;
       view.show(answer.tokens, answer.maps);
       say(sampling === null ? 'Below: where the model looked while it wrote this translation.'
         : 'Below: each draw, with the five most probable pieces of its step, then where the model looked. ' +
@@ -361,6 +373,7 @@ function live(root, site, manifest, manifestUrl) {
       say(`The translation failed: ${err.message}`, true);
     } finally {
       go.disabled = false;
+      text.focus({preventScroll: true});  // back in the box, for the next sentence
     }
   });
 }
