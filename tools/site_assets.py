@@ -32,7 +32,7 @@ EXTRA = ROOT / "_site_extra"  # html_extra_path: copied to the site's root as it
 TRANSLATOR = ROOT / "_site_assets" / "translator"  # served as _static/translator
 PACKAGE = ROOT / "src" / "aiayn"
 EXPORTS = ROOT / "_build" / "translator-export"  # one folder per (weights, exporter)
-EXPORTER = ("export.py", "onnx_graphs.py", "onnx_translator.py", "shortlist.py")  # a change to one exports again
+EXPORTER = sorted(p.name for p in (PACKAGE / "export").glob("*.py"))  # the export folder: a change to one exports again
 
 # destination folder (relative to _static/vendor) -> glob patterns (relative to node_modules)
 ASSETS = {
@@ -170,7 +170,7 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
 
     Returns the folder and what happened ("reused ...", "exported ...").
     """
-    exporter = hashlib.sha256("".join(sha256(PACKAGE / name) for name in EXPORTER).encode()).hexdigest()
+    exporter = hashlib.sha256("".join(sha256(PACKAGE / "export" / name) for name in EXPORTER).encode()).hexdigest()
     key = f"{sha256(weights)[:16]}-{exporter[:16]}"
     out = EXPORTS / key
     if complete(out) and (json.loads((out / "manifest.json").read_text())["bleu"] or data is None):
