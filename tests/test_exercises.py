@@ -51,7 +51,7 @@ def test_a_number_is_right_within_its_tolerance_only():
 
 
 def test_an_unknown_exercise_or_part_is_refused_by_name():
-    with pytest.raises(KeyError, match=r"no exercise '9.9.9': expected one of 5.2.1"):
+    with pytest.raises(KeyError, match=r"no exercise '9.9.9': expected one of 1\.1\.2, .*5\.2\.1"):
         verdicts("9.9.9")
     with pytest.raises(KeyError, match="exercise 5.2.1 asks for std_before, std_after; it does not ask for std"):
         verdicts("5.2.1", std=8)
