@@ -1,0 +1,114 @@
+"""Exercises of chapters 8-10: training, decoding, BLEU, label smoothing.
+
+Each function computes one exercise's truths from the package; ``TRUTHS`` maps the exercise's id
+(section.number, as the page names it) to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .truth import Truth
+
+
+def _copy_tokens() -> dict[str, Truth]:
+    """8.2: what one batch of the copy task holds."""
+
+    from ...training.batches import copy_task_batches
+
+    batch = copy_task_batches(1, 96, 6, 12, seed=0)[0]
+    return {
+        "tgt_in": Truth(
+            tuple(batch.tgt_in.shape),
+            "the decoder reads <bos> and the six letters, one row per sentence",
+        ),
+        "tokens": Truth(
+            int(batch.n_tokens),
+            "the loss counts every target piece the decoder must write: the "
+            "six letters and <eos>, in every sentence",
+        ),
+    }
+
+
+def _top_p() -> dict[str, Truth]:
+    """8.4: which pieces does top-p = 0.7 keep?"""
+
+    from ...decoding.search import sampling_probs
+
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    kept = sampling_probs(probs.log(), 1.0, None, 0.7)[0]
+    return {
+        "kept": Truth(
+            frozenset(int(i) for i in kept.nonzero().flatten()),
+            "top-p keeps the most probable pieces until their probabilities "
+            "add up to p",
+        ),
+        "first": Truth(
+            kept[0].item(),
+            "the kept probabilities are divided by their sum",
+            rel=1e-6,
+        ),
+    }
+
+
+def _clipped_precisions() -> dict[str, Truth]:
+    """9.1: p1 and p2 of "the the cat" against "the cat sat on the mat"."""
+    from ...bleu import corpus_bleu
+
+    r = corpus_bleu(["the the cat"], ["the cat sat on the mat"])
+    return {
+        "p1": Truth(
+            r.counts[0] / r.totals[0],
+            "count each hypothesis word at most as often as the reference "
+            "has it, and divide by the hypothesis's number of words",
+            rel=1e-6,
+        ),
+        "p2": Truth(
+            r.counts[1] / r.totals[1],
+            "the same with the pairs of neighbouring words: how many of "
+            "the hypothesis's pairs does the reference have?",
+            rel=1e-6,
+        ),
+    }
+
+
+def _smoothing_floor() -> dict[str, Truth]:
+    """10.1: the lowest ``LabelSmoothingLoss(0.1)`` of one token among 9 classes, and where."""
+    from ...loss import LabelSmoothingLoss
+
+    C, true = 9, 3
+    loss_fn = LabelSmoothingLoss(0.1)
+    target = torch.tensor([true])  # (N,) with N = 1
+    logits = torch.zeros(1, C, requires_grad=True)  # (N, C)
+    (grad,) = torch.autograd.grad(loss_fn(logits, target), logits)
+    # the gradient of the loss is p - y', so the loss's own target is p - grad
+    best = (logits.softmax(-1) - grad).detach()  # (N, C): y'
+    return {
+        "floor": Truth(
+            loss_fn(best.log(), target).item(),
+            "cross-entropy against y' is smallest where p = y', and there "
+            "it is the entropy of y'",
+            rel=0.01,
+        ),
+        "p_true": Truth(
+            best[0, true].item(),
+            "the true class keeps 1 - eps, plus its share of the eps spread "
+            "over all C classes",
+            rel=0.01,
+        ),
+        "p_other": Truth(
+            best[0, 0].item(),
+            "eps is spread evenly over all C classes, the true one included",
+            rel=0.02,
+        ),
+    }
+
+
+TRUTHS: dict[str, Callable[[], dict[str, Truth]]] = {
+    "8.2.1": _copy_tokens,
+    "8.4.1": _top_p,
+    "9.1.1": _clipped_precisions,
+    "10.1.2": _smoothing_floor,
+}
