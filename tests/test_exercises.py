@@ -5,7 +5,9 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from aiayn.pages.exercises import EXERCISES, check, verdicts
 
@@ -46,6 +48,11 @@ def test_a_number_is_right_within_its_tolerance_only():
     assert verdicts("5.2.1", std_before=64, std_after=1)["std_before"] == "not within 5% of the right value"
     assert verdicts("5.2.1", std_before=float("nan"), std_after=1)["std_before"] == "expected a number, got nan"
     assert verdicts("8.4.1", kept=[1, 0], first=0.625)["kept"] is None  # a list is read as a set
+    # numpy's scalars are numbers (a pandas cell hands them out); a tensor is told to say .item()
+    assert verdicts("8.2.1", tgt_in=(np.int64(96), 7), tokens=np.int64(672)) == {"tgt_in": None, "tokens": None}
+    assert verdicts("5.2.1", std_before=torch.tensor(8.0))["std_before"] == (
+        "expected a number, got a tensor: write tensor(8.).item()"
+    )
     assert verdicts("8.4.1", kept={0, 1, 2}, first=0.625)["kept"] == "not these"
 
 

@@ -15,6 +15,7 @@ so that nbval proves every solution right on every machine.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -46,22 +47,29 @@ def _same(answer: Any, truth: Truth) -> str | None:
     want = truth.value
     if isinstance(want, tuple):
         ok = isinstance(answer, (tuple, list, torch.Size)) and all(
-            isinstance(a, int) for a in answer
+            isinstance(a, numbers.Integral) for a in answer
         )
         if not ok:
             return f"expected a shape, a tuple of {len(want)} ints, got {answer!r}"
         if len(answer) != len(want):
             return f"expected {len(want)} axes, got {len(answer)}"
-        return None if tuple(answer) == want else "not this shape"
+        return (
+            None
+            if tuple(int(a) for a in answer) == want
+            else "not this shape"
+        )
     if isinstance(want, frozenset):
         try:
             given = frozenset(answer)
         except TypeError:
             return f"expected a set, got {answer!r}"
         return None if given == want else "not these"
-    number = isinstance(answer, (int, float)) and not isinstance(
+    # numpy's and torch's scalars count too (a pandas cell hands out numpy.int64)
+    number = isinstance(answer, numbers.Real) and not isinstance(
         answer, bool
     )
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
+        return f"expected a number, got a tensor: write {answer!r}.item()"
     if not number or not math.isfinite(answer):
         return f"expected a number, got {answer!r}"
     if isinstance(want, int) and not truth.rel:
