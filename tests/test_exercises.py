@@ -70,3 +70,35 @@ def test_every_exercise_a_chapter_checks_is_known_and_every_known_one_is_asked()
             if cell["cell_type"] == "code":
                 asked |= set(CALL.findall("".join(cell["source"])))
     assert asked == set(EXERCISES)
+
+
+@pytest.mark.parametrize(
+    ("exercise", "answer", "part", "hint"),
+    [
+        # the step of the peak, not of half the peak
+        ("8.1.1", {"peak_rate": 512**-0.5 * 4000**-0.5, "half_step": 4000}, "half_step", "step^-0.5"),
+        # the mean of the two sentences' brevity penalties is not the pooled one
+        ("9.2.1", {"bp_short": 0.264, "bp_pooled": (1 + 0.264) / 2}, "bp_pooled", "adds up c and r"),
+        # an unsmoothed model's perplexity on a certain token
+        ("10.2.1", {"ppl_eps_01": 1.0, "ppl_eps_02": 1.25}, "ppl_eps_01", "1 / p"),
+        # the patches without the class token
+        ("12.1.2", {"tokens_16": 196, "tokens_8": 785, "scores_growth": 16.0}, "tokens_16", "class token"),
+    ],
+)
+def test_a_likely_mistake_is_refused_with_a_hint(exercise, answer, part, hint, capsys):
+    said = verdicts(exercise, **answer)
+    assert [name for name, verdict in said.items() if verdict is not None] == [part]
+    check(exercise, **answer)
+    out = capsys.readouterr().out
+    assert f"{part}: not " in out and hint in out and "all right" not in out
+
+
+def test_the_published_translations_score_higher_without_their_failures():
+    import json
+
+    from aiayn.runs.published import results_dir
+
+    truths = _truths("11.2.3")
+    record = json.loads((results_dir() / "multi30k.json").read_text())
+    whole = record["test"]["bleu"]  # corpus BLEU of all 1,000, as the run recorded it
+    assert truths["bleu_failures"] < whole < truths["bleu_rest"]

@@ -106,9 +106,92 @@ def _smoothing_floor() -> dict[str, Truth]:
     }
 
 
+def _half_peak() -> dict[str, Truth]:
+    """8.1: the peak of the paper's schedule, and the step where the rate is half of it."""
+    from ...schedule import noam_rate
+
+    d_model, warmup = 512, 4000
+    steps = range(1, 10 * warmup)
+    peak = max(noam_rate(s, d_model, warmup) for s in steps)
+    half = next(
+        s
+        for s in steps
+        if s > warmup and noam_rate(s, d_model, warmup) <= peak / 2
+    )
+    return {
+        "peak_rate": Truth(
+            peak,
+            "the peak is where the rising and the falling term of the "
+            "minimum are equal",
+            rel=0.01,
+        ),
+        "half_step": Truth(
+            half,
+            "after the peak the rate falls as step^-0.5: how much larger "
+            "must the step be for the rate to halve?",
+        ),
+    }
+
+
+def _pooled_brevity() -> dict[str, Truth]:
+    """9.2: the brevity penalty of a short sentence alone, and pooled with a long perfect one."""
+    from ...bleu import corpus_bleu, sentence_bleu
+
+    refs = [
+        "A woman in a blue shirt and a black hat is selling fruit at a busy "
+        "street market.",
+        "A dog runs on the beach.",
+    ]
+    hyps = [refs[0], "A dog."]
+    return {
+        "bp_short": Truth(
+            sentence_bleu(hyps[1], refs[1]).brevity_penalty,
+            "BP = exp(1 - r/c) with c and r the 13a tokens of this one "
+            "sentence; the full stop is a token",
+            rel=0.01,
+        ),
+        "bp_pooled": Truth(
+            corpus_bleu(hyps, refs).brevity_penalty,
+            "corpus BLEU adds up c and r over both sentences before it "
+            "computes BP once",
+            rel=0.01,
+        ),
+    }
+
+
+def _best_perplexity() -> dict[str, Truth]:
+    """10.2: the lowest perplexity a smoothed model reaches on a token it is certain of (C = 37,000)."""
+    import torch.nn.functional as F
+
+    from ...loss import LabelSmoothingLoss
+
+    C, true = 37_000, 5
+    target = torch.tensor([true])  # (N,) with N = 1
+    floors = {}
+    for eps in (0.1, 0.2):
+        logits = torch.zeros(1, C, requires_grad=True)  # (N, C)
+        loss = LabelSmoothingLoss(eps)(logits, target)
+        (grad,) = torch.autograd.grad(loss, logits)
+        # the gradient is p - y', so the smoothed optimum y' is p - grad
+        best = (logits.softmax(-1) - grad).detach()  # (N, C)
+        # perplexity against the real token: exp of its cross-entropy
+        floors[eps] = F.nll_loss(best.log(), target).exp().item()
+    hint = (
+        "perplexity on one token is 1 / p: how much does the smoothed "
+        "target y' give the true class?"
+    )
+    return {
+        "ppl_eps_01": Truth(floors[0.1], hint, rel=0.01),
+        "ppl_eps_02": Truth(floors[0.2], hint, rel=0.01),
+    }
+
+
 TRUTHS: dict[str, Callable[[], dict[str, Truth]]] = {
     "8.2.1": _copy_tokens,
     "8.4.1": _top_p,
     "9.1.1": _clipped_precisions,
     "10.1.2": _smoothing_floor,
+    "8.1.1": _half_peak,
+    "9.2.1": _pooled_brevity,
+    "10.2.1": _best_perplexity,
 }
