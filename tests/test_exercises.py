@@ -2,6 +2,7 @@
 exercise a chapter asks is one the package can check."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -102,3 +103,33 @@ def test_the_published_translations_score_higher_without_their_failures():
     record = json.loads((results_dir() / "multi30k.json").read_text())
     whole = record["test"]["bleu"]  # corpus BLEU of all 1,000, as the run recorded it
     assert truths["bleu_failures"] < whole < truths["bleu_rest"]
+def test_the_chapter_5_to_7_answers_a_reader_works_out_by_hand_are_right():
+    # from the paper's formulas, not from the truth functions
+    assert verdicts("5.1.1", temperature=1 / 64**0.5) == {"temperature": None}
+    assert verdicts("5.1.1", temperature=1.0) == {"temperature": "not within 1% of the right value"}
+    assert verdicts("6.1.1", parameters=2 * 512 * 1024 + 1024 + 512, share=0.5) == {"parameters": None, "share": None}
+    assert verdicts("6.3.1", post=1, pre=3) == {"post": None, "pre": None}
+    assert verdicts("6.3.1", post=3, pre=1) == {
+        "post": "not within 2% of the right value",
+        "pre": "not within 2% of the right value",
+    }
+    assert verdicts("7.2.1", saved=37000 * 512) == {"saved": None}
+    assert verdicts("7.2.1", saved=37000 * 513)["saved"] == "not this number"
+
+
+def test_the_record_exercises_agree_with_what_the_record_stores():
+    from aiayn.pages.stepthrough import load_stepthrough
+
+    record = load_stepthrough()
+    layer_1 = record["encoder"]["layers"][0]
+    stored_sum = layer_1["add_norm_1"]["add"]["first"][1][0]  # Bauarbeiter, dimension 0
+    active = layer_1["feed_forward"]["active"][1]
+    assert verdicts("6.1.2", added=stored_sum, share=active / 2048) == {"added": None, "share": None}
+    assert verdicts("6.1.2", added=-stored_sum, share=active)["share"] is not None
+    # the translation's probability is the product of the top pieces' (greedy) probabilities
+    top = [row[0] for row in record["next"]["p"]]
+    written = record["tokens"]["decoder_out"]
+    assert [row[0] for row in record["next"]["pieces"]] == written
+    product, unsure = math.prod(top), sum(p < 0.7 for p in top)
+    assert verdicts("7.3.1", probability=product, unsure=unsure) == {"probability": None, "unsure": None}
+    assert verdicts("7.3.1", probability=sum(top) / len(top), unsure=unsure)["probability"] is not None
