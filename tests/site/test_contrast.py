@@ -7,6 +7,10 @@ a widget, HTML or SVG, must then stand out from what is behind it by WCAG 2's co
 for text), and each form control from what is around it by 3:1 (WCAG's rule for the parts of a control). A
 disabled button is exempt, as WCAG exempts inactive controls. The worst text of each page is printed
 (``pytest -s``).
+
+Beside colour, what else a reader must be able to read: the BLEU calculator's chips say their kind in a mark,
+not by colour alone, and its table stays inside a 390 px phone; the step-through charts' tooltips show the
+record's digits; chapter 2.3's chart loads without a warning on the console.
 """
 
 from __future__ import annotations
@@ -187,5 +191,77 @@ def test_chapter_2_3_logs_no_warning(browser, base_url, site):
         charts = page.evaluate("() => window.__aiayn.chartsState()")
         assert charts, "2.3 drew no chart"
         assert not said, said
+    finally:
+        context.close()
+
+
+def _tooltip_formats(spec) -> tuple[set[str], list[str]]:
+    """Every format a spec's tooltips give a number, and every calculate expression that formats one."""
+    formats, calculated = set(), []
+    if isinstance(spec, dict):
+        tips = spec.get("encoding", {}).get("tooltip")
+        for tip in tips if isinstance(tips, list) else [tips] if isinstance(tips, dict) else []:
+            if tip.get("type") == "quantitative":
+                formats.add(tip.get("format", "(none)"))
+        if "format(" in str(spec.get("calculate", "")):
+            calculated.append(spec["calculate"])
+        parts = spec.values()
+    elif isinstance(spec, list):
+        parts = spec
+    else:
+        return formats, calculated
+    for part in parts:
+        f, c = _tooltip_formats(part)
+        formats |= f
+        calculated += c
+    return formats, calculated
+
+
+def _flat(x) -> list[float]:
+    return [v for item in x for v in _flat(item)] if isinstance(x, list) else [] if x is None else [float(x)]
+
+
+def test_step_through_tooltips_show_the_record_s_digits(browser, base_url):
+    """Chapters 5 to 7's step-through charts (the package's, as a re-executed chapter stores them): each tooltip
+    formats a number to the significant digits the record keeps (aiayn.pages.stepthrough: DIGITS, the scores one
+    more), and Vega's format, run in the page, gives back exactly the record's numbers: no digit made up, none
+    dropped."""
+    from aiayn import viz
+    from aiayn.pages.stepthrough import DIGITS, load_stepthrough
+
+    record = load_stepthrough()
+    assert record["sizes"]["digits"] == DIGITS
+    kept, scores = f".{DIGITS}~r", f".{DIGITS + 1}~r"
+    for make in (viz.encoder_attention_steps_chart, viz.add_norm_steps_chart, viz.decoder_attention_steps_chart):
+        formats, calculated = _tooltip_formats(make(record).to_dict())
+        assert formats == {kept}, (make.__name__, formats)
+        shown = [c for c in calculated if "datum.value" in c and "~r" in c]  # the step bars' value
+        assert all(kept in c and scores in c for c in shown), (make.__name__, calculated)
+        assert bool(shown) == ("attention" in make.__name__), (make.__name__, calculated)
+    layer = record["encoder"]["layers"][0]
+    values = {
+        kept: _flat(layer["attention"]["weights"])[:60] + _flat(layer["attention"]["q"])[:60]
+        + _flat(layer["feed_forward"]["activations"])[:30] + _flat(record["next"]["p"])[:60]
+        + _flat(layer["add_norm_1"]["norm"]["norm"])[:20],
+        scores: _flat(layer["attention"]["scores"])[:120],
+    }  # fmt: skip
+    context = su.new_context(browser, base_url)
+    try:
+        page, _ = su.open_page(context, base_url, su.html_path("book/05_4_heads_and_cross"))
+        for fmt, numbers in values.items():
+            expression = "[" + ", ".join(f"format({v!r}, '{fmt}')" for v in numbers) + "]"
+            texts = page.evaluate(
+                """async (expression) => {
+                  const view = new vega.View(vega.parse({signals: [{name: 'out', update: expression}]}),
+                                             {renderer: 'none'});
+                  await view.runAsync();
+                  return view.signal('out');
+                }""",
+                expression,
+            )
+            back = [float(t.replace("\u2212", "-")) for t in texts]
+            assert back == numbers, [(t, v) for t, v in zip(texts, numbers, strict=True) if float(
+                t.replace("\u2212", "-")) != v][:5]  # fmt: skip
+            assert any(len(t.lstrip("\u2212-0.").replace(".", "")) == int(fmt[1]) for t in texts), texts
     finally:
         context.close()
