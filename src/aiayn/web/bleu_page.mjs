@@ -97,7 +97,7 @@ function draw(out, hypothesis, refs, lowercase) {
     ngrams(prepare(r).split(' ').filter(Boolean), MAX_ORDER));
   const tokens = element('p', 'aiayn-tokens');
   tokens.append('tokens (13a): ', element('code', '', hypTokens.join(' | ')));
-  out.append(tokens, ...table(result, ngrams(hypTokens, MAX_ORDER), refGrams));
+  out.append(tokens, table(result, ngrams(hypTokens, MAX_ORDER), refGrams));
   const total = element('p', 'aiayn-total');
   total.append(`c = `, number('c', result.hypLen, String(result.hypLen)),
       ', r = ', number('r', result.refLen, String(result.refLen)),
@@ -109,11 +109,12 @@ function draw(out, hypothesis, refs, lowercase) {
 
 /** One row per order: each hypothesis n-gram with its count, clipped to the
  *  most any one reference has; matches / n-grams; the precision. Returns
- *  the table in a box of its own and the line that reads its marks. */
+ *  the table in a box of its own. */
 function table(result, hypGrams, refGrams) {
   const t = element('table', 'aiayn-bleu-table');
   const head = element('tr');
-  for (const title of ['n', 'hypothesis n-grams', 'clipped / all', 'p_n']) {
+  for (const title of ['n', `n-grams: ${MARKS.hit} in a reference, ` +
+    `${MARKS.miss} in none, ×3 → 2 clipped`, 'clipped / all', 'p_n']) {
     head.append(element('th', '', title));
   }
   t.append(head);
@@ -142,11 +143,7 @@ function table(result, hypGrams, refGrams) {
   }
   const box = element('div', 'aiayn-table-box'); // scrolls sideways on
   box.append(t); // a phone, instead of the page
-  const legend = element('p', 'aiayn-legend',
-      `${MARKS.hit} in a reference, ${MARKS.miss} in none; ` +
-      `×3 → 2: three times here, at most twice in a single reference, ` +
-      `so two count.`);
-  return [box, legend];
+  return box;
 }
 
 
@@ -157,7 +154,7 @@ function chip(key, count, clipped, kind) {
   const times = count === 1 ? '' : ` ×${count}`;
   const clip = kind === 'clip' ? ` → ${clipped}` : '';
   const node = element('span', `aiayn-gram aiayn-${kind}`,
-      `${MARKS[kind]} ${key}${times}${clip}`);
+      `${MARKS[kind]}\u202f${key}${times}${clip}`); // a narrow space
   node.title = kind === 'miss' ? 'in no reference' : kind === 'hit' ?
     'in a reference' : `clipped to ${clipped}`;
   return node;
