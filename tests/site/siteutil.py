@@ -702,3 +702,93 @@ def line_peak_x(points: list[tuple[float, float]]) -> float:
     """The x of a line's highest point (its smallest SVG y); the first one on a plateau."""
     top = min(y for _, y in points)
     return next(x for x, y in points if y <= top + 1e-6)
+
+
+# --- contrast: every visible text against what is behind it (WCAG 2's ratio) -------------------------------
+
+CONTRAST_JS = r"""(selector) => {
+  const parse = s => {
+    const m = /^rgba?\(([^)]*)\)$/.exec(s.trim());
+    if (!m) return null;  // a colour Chromium did not resolve to sRGB: reported, never passed
+    const p = m[1].split(/[\s,/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const over = (top, under) => [0, 1, 2].map(i => top[i] * top[3] + under[i] * (1 - top[3])).concat(1);
+  const fade = (c, opacity) => [c[0], c[1], c[2], c[3] * opacity];
+  const lin = v => { v /= 255; return v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const luminance = c => 0.2126 * lin(c[0]) + 0.7152 * lin(c[1]) + 0.0722 * lin(c[2]);
+  const ratio = (a, b) => {
+    const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
+    return (hi + 0.05) / (lo + 0.05);
+  };
+  const hex = c => '#' + c.slice(0, 3).map(v => Math.round(v).toString(16).padStart(2, '0')).join('');
+  // the colour behind an element: its ancestors' backgrounds laid over the canvas (white), outermost first,
+  // each faded by the opacity of the ancestors it sits in; and that opacity, for the element's own colours
+  const behind = el => {
+    const chain = [];
+    for (let e = el; e; e = e.parentElement) chain.unshift(e);
+    let colour = [255, 255, 255, 1], opacity = 1, images = [];
+    for (const e of chain) {
+      const style = getComputedStyle(e);
+      opacity *= Number(style.opacity);
+      const bg = parse(style.backgroundColor);
+      if (bg) colour = over(fade(bg, opacity), colour);
+      if (style.backgroundImage !== 'none') images.push(e.tagName.toLowerCase() + '.' + e.className);
+    }
+    return {colour, opacity, images};
+  };
+  const describe = el => el.tagName.toLowerCase() +
+    (el.getAttribute('class') ? '.' + el.getAttribute('class').trim().split(/\s+/).join('.') : '');
+  const shown = el => el.checkVisibility({visibilityProperty: true}) &&
+    Array.from(el.getClientRects()).some(r => r.width > 0 && r.height > 0);
+  const results = [];
+  const add = (el, kind, text, fg, under) => {
+    if (!fg) { results.push({kind, text, where: describe(el), fg: null, bg: hex(under.colour), ratio: 0}); return; }
+    const colour = over(fade(fg, under.opacity), under.colour);
+    results.push({kind, text: text.trim().slice(0, 60), where: describe(el), fg: hex(colour),
+                  bg: hex(under.colour), ratio: ratio(colour, under.colour), images: under.images,
+                  disabled: Boolean(el.closest(':disabled'))});
+  };
+  for (const root of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const el = node.parentElement;
+      if (!node.textContent.trim() || !el || el.closest('option, script, style, title, noscript')) continue;
+      if (!shown(el)) continue;
+      if (el instanceof SVGElement) {  // SVG text: its fill, against the page behind the drawing
+        const style = getComputedStyle(el);
+        const fill = parse(style.fill);
+        add(el, 'svg text', node.textContent,
+            fill && fade(fill, Number(style.fillOpacity)), behind(el.ownerSVGElement.parentElement));
+      } else {
+        add(el, 'text', node.textContent, parse(getComputedStyle(el).color), behind(el));
+      }
+    }
+    // what a control shows as its value, and the edge that shows where it is (WCAG's 3:1 for components)
+    for (const el of root.querySelectorAll('input:not([type=checkbox]):not([type=radio]):not([type=range]), ' +
+                                           'textarea, select, button')) {
+      if (!shown(el)) continue;
+      if (el.tagName !== 'BUTTON') add(el, 'value', el.value, parse(getComputedStyle(el).color), behind(el));
+      const style = getComputedStyle(el);
+      const edge = parse(style.borderTopColor);
+      const outside = behind(el.parentElement);
+      const filled = parse(style.backgroundColor);
+      const inside = filled ? over(fade(filled, outside.opacity), outside.colour) : outside.colour;
+      // the edge is the border, or, where the control's own fill stands out more, the fill
+      const border = Number.parseFloat(style.borderTopWidth) > 0 && edge ? ratio(over(edge, outside.colour),
+                                                                                 outside.colour) : 0;
+      results.push({kind: 'edge', text: el.value || el.textContent.trim().slice(0, 60), where: describe(el),
+                    fg: edge && hex(over(edge, outside.colour)), bg: hex(outside.colour),
+                    ratio: Math.max(border, ratio(inside, outside.colour)),
+                    disabled: el.disabled});
+    }
+  }
+  return results;
+}"""
+
+
+def contrasts(page, selector: str) -> list[dict]:
+    """Each visible text (HTML and SVG) and form control under ``selector`` with its colour, the colour behind it
+    and their contrast ratio (WCAG 2: 1 to 21); kind 'text', 'svg text', 'value' (a control's value) or 'edge'
+    (a control against what is around it: its border, or its fill where that stands out more)."""
+    return page.evaluate(CONTRAST_JS, selector)

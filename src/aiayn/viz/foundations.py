@@ -554,7 +554,7 @@ def embedding_map_chart(
             x=alt.value(0),
             y=alt.Y("rank:O", axis=None),
             text="line:N",
-            color=alt.Color("language:N", scale=palette, legend=None),
+            color=colour,  # the map's scale and legend: one legend, shared
         )
         .properties(
             width=140,

@@ -39,6 +39,12 @@ _LAYER_VECTORS = [
 ]
 
 
+def _digits(n: int) -> str:
+    """Vega's format for a number the record keeps to ``n`` significant digits: those digits,
+    no more (d3-format ``r``; ``~`` drops trailing zeros, as the record's floats do)."""
+    return f".{n}~r"
+
+
 def _js(values) -> str:
     return json.dumps(values, ensure_ascii=False)
 
@@ -109,9 +115,18 @@ def stepthrough_attention_frame(
 
 
 def _step_bars(
-    base: alt.Chart, keys: list[str], d_k: int, title: str, cell: int = 26
+    base: alt.Chart,
+    keys: list[str],
+    d_k: int,
+    title: str,
+    digits: int,
+    cell: int = 26,
 ) -> alt.LayerChart:
-    """Bars over the keys of the chosen query row: the value of the chosen step."""
+    """Bars over the keys of the chosen query row: the value of the chosen step.
+
+    Its tooltip shows the record's digits: ``digits`` for the weights, one more for the
+    scores (and the steps made from them), as ``aiayn.pages.stepthrough`` keeps them.
+    """
     k_js = _js(keys)
     value = (
         f"datum.score == null ? (step == 4 ? 0 : null) : step == 1 ? datum.score : "
@@ -129,6 +144,10 @@ def _step_bars(
         .transform_window(position="row_number()")
         .transform_calculate(key="datum.position - 1", value=value)
         .transform_calculate(label=label, key_token=f"{k_js}[datum.key]")
+        .transform_calculate(
+            shown=f"format(datum.value, step < 4 ? '{_digits(digits + 1)}' "
+            f": '{_digits(digits)}')"
+        )
     )
     x = alt.X(
         "key:O",
@@ -143,7 +162,7 @@ def _step_bars(
         ),
         tooltip=[
             alt.Tooltip("key_token:N", title="key"),
-            alt.Tooltip("value:Q", format=".3f"),
+            alt.Tooltip("shown:N", title="value"),
         ],
     )
     # the values in a row above the bars
@@ -177,6 +196,7 @@ def encoder_attention_steps_chart(
     """
     frame = stepthrough_attention_frame(record, "encoder", "attention")
     sizes, source = record["sizes"], record["tokens"]["source"]
+    shown = _digits(sizes["digits"])  # tooltips: the record's digits
     s_js = _js(source)
     base = alt.Chart(frame)
     in_head = "datum.layer == layer && datum.head == head"
@@ -213,7 +233,7 @@ def encoder_attention_steps_chart(
             ),
             tooltip=[
                 alt.Tooltip("dim:O"),
-                alt.Tooltip("value:Q", format=".3f"),
+                alt.Tooltip("value:Q", format=shown),
             ],
         )
         .properties(
@@ -222,7 +242,9 @@ def encoder_attention_steps_chart(
             title="q of the query, k of every token",
         )
     )
-    bars = _step_bars(base, source, sizes["d_k"], "the scores")
+    bars = _step_bars(
+        base, source, sizes["d_k"], "the scores", sizes["digits"]
+    )
     wv = (
         flat.transform_calculate(wv="datum.w_col[token - 1] * datum.vd")
         .transform_fold(["wv", "od"], as_=["which", "value"])
@@ -250,7 +272,7 @@ def encoder_attention_steps_chart(
             ),
             tooltip=[
                 alt.Tooltip("dim:O"),
-                alt.Tooltip("value:Q", format=".3f"),
+                alt.Tooltip("value:Q", format=shown),
             ],
         )
         .properties(
@@ -303,7 +325,7 @@ def encoder_attention_steps_chart(
             y=alt.Y("value:Q", title="W^O · Concat"),
             tooltip=[
                 alt.Tooltip("dim:O"),
-                alt.Tooltip("value:Q", format=".3f"),
+                alt.Tooltip("value:Q", format=shown),
             ],
         )
         .properties(
@@ -350,6 +372,7 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
     """
     _check(record)
     sizes, source = record["sizes"], record["tokens"]["source"]
+    shown = _digits(sizes["digits"])  # tooltips: the record's digits
     rows = []
     for n, steps in enumerate(record["encoder"]["layers"], start=1):
         embed = record["encoder"]["embed"] if n == 1 else {}
@@ -404,7 +427,7 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
             ),
             tooltip=[
                 alt.Tooltip("dim:O"),
-                alt.Tooltip("value:Q", format=".3f"),
+                alt.Tooltip("value:Q", format=shown),
             ],
         )
         .properties(
@@ -431,7 +454,7 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
                 axis=alt.Axis(labels=False, ticks=False),
             ),
             x=alt.X("norm:Q", title="norm of all 512"),
-            tooltip=[alt.Tooltip("norm:Q", format=".2f")],
+            tooltip=[alt.Tooltip("norm:Q", format=shown)],
         )
         .properties(width=120, height=alt.Step(16), title="norm")
     )
@@ -448,7 +471,7 @@ def add_norm_steps_chart(record: dict, layer: int = 1, token: int = 2):
             y=alt.Y("act:Q", title="ReLU(y W₁ + b₁)"),
             tooltip=[
                 alt.Tooltip("unit:N"),
-                alt.Tooltip("act:Q", format=".3f"),
+                alt.Tooltip("act:Q", format=shown),
             ],
         )
     )
@@ -497,6 +520,7 @@ def decoder_attention_steps_chart(
     """
     _check(record)
     sizes, tokens = record["sizes"], record["tokens"]
+    shown = _digits(sizes["digits"])  # tooltips: the record's digits
     out_js = _js(tokens["decoder_out"])
     kept = ["layer", "head", "token", "scores", "weights"]
     self_frame = stepthrough_attention_frame(
@@ -511,6 +535,7 @@ def decoder_attention_steps_chart(
         tokens["decoder_in"],
         d_k,
         "masked self-attention",
+        sizes["digits"],
         cell=24,
     )
     cross_bars = _step_bars(
@@ -518,6 +543,7 @@ def decoder_attention_steps_chart(
         tokens["source"],
         d_k,
         "cross-attention to the German",
+        sizes["digits"],
         cell=24,
     )
     nxt = record["next"]
@@ -545,7 +571,7 @@ def decoder_attention_steps_chart(
             ),
             tooltip=[
                 alt.Tooltip("piece:N"),
-                alt.Tooltip("prob:Q", format=".4f"),
+                alt.Tooltip("prob:Q", format=shown),
             ],
         )
         .properties(

@@ -12,6 +12,8 @@ const here = (path) => new URL(path, import.meta.url);
 const MAX_ORDER = 4;
 const HYPOTHESIS = 'A man is sleeping on a green couch.';
 const REFERENCE = 'A man sleeping in a green room on a couch.';
+// what a chip's kind looks like without its colour: a mark before it
+const MARKS = {hit: '✓', clip: '✓', miss: '✗'};
 
 /** Mount the calculator in `root`, replacing what it shows where scripts do
  *  not run. */
@@ -106,12 +108,13 @@ function draw(out, hypothesis, refs, lowercase) {
 }
 
 /** One row per order: each hypothesis n-gram with its count, clipped to the
- *  most any one reference has; matches / n-grams; the precision. */
+ *  most any one reference has; matches / n-grams; the precision. Returns
+ *  the table in a box of its own. */
 function table(result, hypGrams, refGrams) {
   const t = element('table', 'aiayn-bleu-table');
   const head = element('tr');
-  for (const title of ['n', 'hypothesis n-grams (count, clipped)',
-    'clipped / all', 'p_n']) {
+  for (const title of ['n', `n-grams: ${MARKS.hit} in a reference, ` +
+    `${MARKS.miss} in none, ×3 → 2 clipped`, 'clipped / all', 'p_n']) {
     head.append(element('th', '', title));
   }
   t.append(head);
@@ -123,21 +126,36 @@ function table(result, hypGrams, refGrams) {
       const most = Math.max(0, ...refGrams.map((m) => m.get(key)?.count ?? 0));
       const clipped = Math.min(g.count, most);
       const kind = clipped === 0 ? 'miss' : clipped < g.count ? 'clip' : 'hit';
-      const text = g.count === 1 ? key : `${key} ×${g.count}`;
-      const chip = element('span', `aiayn-gram aiayn-${kind}`, text);
-      if (kind === 'clip') chip.title = `clipped to ${clipped}`;
-      grams.append(chip);
+      grams.append(chip(key, g.count, clipped, kind));
     }
     const [m, all] = [result.counts[n - 1], result.totals[n - 1]];
     const ratio = element('td');
     ratio.append(number(`m${n}`, m, String(m)), ' / ',
         number(`t${n}`, all, String(all)));
     const p = result.precisions[n - 1];
-    const smoothed = m === 0 && p > 0 ? ' (smoothed)' : '';
     const precision = element('td');
-    precision.append(number(`p${n}`, p, percent(p)), smoothed);
+    precision.append(number(`p${n}`, p, percent(p)));
+    if (m === 0 && p > 0) {
+      precision.append(' ', element('span', 'aiayn-smoothed', '(smoothed)'));
+    }
     row.append(element('td', '', String(n)), grams, ratio, precision);
     t.append(row);
   }
-  return t;
+  const box = element('div', 'aiayn-table-box'); // scrolls sideways on
+  box.append(t); // a phone, instead of the page
+  return box;
+}
+
+
+/** An n-gram as a chip: its mark, the n-gram, how often the hypothesis
+ *  has it and, where a reference has it fewer times, what that clips it
+ *  to ("✓ the ×3 → 2"). */
+function chip(key, count, clipped, kind) {
+  const times = count === 1 ? '' : ` ×${count}`;
+  const clip = kind === 'clip' ? ` → ${clipped}` : '';
+  const node = element('span', `aiayn-gram aiayn-${kind}`,
+      `${MARKS[kind]}\u202f${key}${times}${clip}`); // a narrow space
+  node.title = kind === 'miss' ? 'in no reference' : kind === 'hit' ?
+    'in a reference' : `clipped to ${clipped}`;
+  return node;
 }

@@ -86,7 +86,8 @@ function textWidth(text, font) {
 
 /**
  * Draw a (rows, cols) map into an SVG element that fits `width` pixels: cells, piece labels, titles, legend.
- * Cells shrink for long sentences (labels go below 8 px cells; the tooltips keep them).
+ * Cells shrink for long sentences (labels go below 8 px cells; the tooltips keep them). The text is drawn in
+ * currentColor, the colour of the page's text around the map, so it follows the theme's light and dark mode.
  * @param {SVGSVGElement} el the element to draw into (emptied first)
  * @param {number[][]} weights (rows, cols)
  * @param {string[]} rowLabels rows pieces
@@ -133,7 +134,7 @@ export function drawHeatmap(el, weights, rowLabels, colLabels, options) {
   el.append(cells);
   if (labelled) {
     const size = Math.min(12, cell);
-    const g = svg('g', {class: 'labels', 'font-size': size});
+    const g = svg('g', {class: 'labels', 'font-size': size, fill: 'currentColor'});
     rowLabels.forEach((label, r) => g.append(svg('text', {
       x: x0 - 4, y: y0 + (r + 0.5) * cell, 'text-anchor': 'end', 'dominant-baseline': 'central'}, label)));
     colLabels.forEach((label, c) => {
@@ -143,7 +144,7 @@ export function drawHeatmap(el, weights, rowLabels, colLabels, options) {
     });
     el.append(g);
   }
-  const titles = svg('g', {class: 'titles', 'font-size': 12, 'font-weight': 'bold'});
+  const titles = svg('g', {class: 'titles', 'font-size': 12, 'font-weight': 'bold', fill: 'currentColor'});
   const middleY = y0 + rows * cell / 2;
   titles.append(svg('text', {x: 12, y: middleY, 'text-anchor': 'middle',
     transform: `rotate(-90 12 ${middleY})`}, options.rowTitle));
@@ -154,7 +155,7 @@ export function drawHeatmap(el, weights, rowLabels, colLabels, options) {
 }
 
 function legend(x, y) {
-  const g = svg('g', {class: 'legend', 'font-size': 11});
+  const g = svg('g', {class: 'legend', 'font-size': 11, fill: 'currentColor'});
   const steps = 40, length = 160;
   for (let i = 0; i < steps; i++) {
     g.append(svg('rect', {x: x + i * length / steps, y, width: length / steps + 0.5, height: 10,
