@@ -4,9 +4,9 @@ These are the reader's versions of ``aiayn.decoding.search.greedy_decode``, ``be
 ``aiayn.decoding.translate.translate``: the same algorithms in plain PyTorch, without the
 engine's twins (the key/value cache, pruning finished rows, oneDNN, int8, autocast, batches
 sorted by length). Every step runs the decoder over the whole prefix, the same call as in
-training, and uses the last position's prediction. ``tests/test_reference_versions.py`` holds
-them equal to the production versions: the same ids on the copy task and the same translations
-with the published model.
+training (``model.decode`` builds the look-ahead mask), and uses the last position's
+prediction. ``tests/test_reference_versions.py`` holds them equal to the production versions:
+the same ids on the copy task and the same translations with the published model.
 
 Outputs start with ``<bos>`` and have at most ``max_len`` columns, ``<bos>`` included; once a
 sentence has produced ``<eos>`` its row grows padding.
@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..data.multi30k import BOS, EOS, Tokenizer
-from ..masks import decoder_mask, padding_mask
+from ..masks import padding_mask
 from .common import gnmt_length_penalty
 from .translate import normalise
 
@@ -50,8 +49,8 @@ def greedy_decode(
     ys = torch.full((B, 1), bos_id, device=src.device)  # (B, 1): <bos>
     done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
     for _ in range(max_len - 1):
-        out = model.decode(memory, src_mask, ys, decoder_mask(ys, pad))
-        logits = model.generator(out[:, -1])  # (B, T, d_model) -> (B, V)
+        out = model.decode(memory, src_mask, ys)  # (B, T, d_model)
+        logits = model.generator(out[:, -1])  # the last position's, (B, V)
         next_id = logits.argmax(dim=-1).masked_fill(done, pad)  # (B,)
         ys = torch.cat([ys, next_id[:, None]], dim=1)  # (B, T + 1)
         done |= next_id == eos_id
@@ -77,35 +76,29 @@ def beam_search(
     b of sentence i is row i·K + b. Switches the model to eval mode.
     """
     model.eval()
-    B, K, device = src.size(0), beam_size, src.device
-    pad = model.config.pad_id
+    B, K, V = src.size(0), beam_size, model.config.tgt_vocab_size
     memory = model.encode(src, src_mask)  # (B, S, d_model)
     memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, d_model)
     src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
-    ys = torch.full((B * K, 1), bos_id, device=device)  # (B·K, 1)
-    log_p = torch.full((B, K), -torch.inf, device=device)  # log P, (B, K)
-    log_p[:, 0] = 0.0  # the K beams start equal: only the first grows
-    lengths = torch.zeros(B, K, dtype=torch.long, device=device)
-    done = torch.zeros(B, K, dtype=torch.bool, device=device)
+    ys = torch.full((B * K, 1), bos_id, device=src.device)  # (B·K, 1)
+    log_p = torch.full((B, K), -torch.inf, device=src.device)  # (B, K)
+    log_p[:, 0] = 0.0  # log P; the K beams start equal: only one grows
+    lengths = torch.zeros(B, K, dtype=torch.long, device=src.device)
+    done = torch.zeros(B, K, dtype=torch.bool, device=src.device)
     for _ in range(max_len - 1):
-        out = model.decode(memory, src_mask, ys, decoder_mask(ys, pad))
+        out = model.decode(memory, src_mask, ys)  # (B·K, T, d_model)
         logits = model.generator(out[:, -1])  # (B·K, V)
-        token_log_p = logits.log_softmax(dim=-1).view(B, K, -1)  # (B, K, V)
-        V = token_log_p.size(-1)
-        # a finished beam grows only padding, with probability 1
-        padding = F.one_hot(torch.tensor(pad, device=device), V)  # (V,)
-        token_log_p[done] = padding.float().log()  # log 1 = 0, log 0 = -inf
-        new_len = lengths + (~done).long()  # (B, K)
-        lp = gnmt_length_penalty(new_len, alpha)[..., None]  # (B, K, 1)
-        scores = (log_p[..., None] + token_log_p) / lp  # (B, K, V)
-        # the K best of each sentence's K·V extensions
-        best = scores.view(B, K * V).topk(K, dim=-1).indices  # (B, K)
+        token_log_p = logits.log_softmax(dim=-1).view(B, K, V)
+        token_log_p[done] = -torch.inf  # a finished beam grows only
+        token_log_p[done, model.config.pad_id] = 0.0  # padding, P = 1
+        cand = log_p[..., None] + token_log_p  # each extension's log P
+        lp = gnmt_length_penalty(lengths + ~done, alpha)[..., None]
+        best = (cand / lp).view(B, K * V).topk(K, dim=-1).indices  # (B, K)
         beam, token = best // V, best % V  # parent beam and new token
-        chosen = token_log_p.view(B, K * V).gather(1, best)  # (B, K)
-        log_p = log_p.gather(1, beam) + chosen
-        lengths = new_len.gather(1, beam)
+        log_p = cand.view(B, K * V).gather(1, best)  # (B, K)
+        lengths = (lengths + ~done).gather(1, beam)
         done = done.gather(1, beam) | (token == eos_id)
-        rows = (beam + K * torch.arange(B, device=device)[:, None]).view(-1)
+        rows = (beam + K * torch.arange(B).to(beam)[:, None]).view(-1)
         ys = torch.cat([ys[rows], token.view(-1, 1)], dim=1)  # (B·K, T + 1)
         if done.all():
             break
