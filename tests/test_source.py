@@ -52,6 +52,14 @@ def test_block_renders_as_highlighted_python_naming_the_object():
     assert isinstance(block, SourceBlock) and block.code == source_of(source.source_of)
 
 
+def test_a_decorated_function_names_its_own_file():
+    from aiayn.decoding import reference
+
+    block = show_source(reference.greedy_decode)
+    assert block.path == "aiayn/decoding/reference.py"
+    assert block.code.startswith("@torch.no_grad()\ndef greedy_decode(")
+
+
 def test_objects_outside_the_package_are_refused():
     with pytest.raises(TypeError, match="expected a function, class or method of the aiayn package"):
         show_source(_module_function)

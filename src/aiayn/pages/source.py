@@ -455,7 +455,8 @@ def show_source(obj: object, docstring: bool = False) -> SourceBlock:
     """
     name = _qualified_name(obj)
     code = wrap_code(source_of(obj, docstring=docstring))
-    path = Path(inspect.getsourcefile(obj)).resolve()
+    # a decorated function (@torch.no_grad()): the file of the function it wraps
+    path = Path(inspect.getsourcefile(inspect.unwrap(obj))).resolve()
     try:
         rel = f"aiayn/{path.relative_to(_PACKAGE_ROOT).as_posix()}"
     except ValueError:
