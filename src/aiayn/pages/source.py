@@ -6,9 +6,12 @@ a function of the JavaScript the website runs (``aiayn/web/translator.mjs``, the
 nbval re-runs the cell, and a test in ``tests/test_book.py`` re-reads every shown block, so a block that no
 longer matches the package fails.
 
-A line wider than the code box (``WIDTH``) is wrapped for display (``wrap_code``): it is cut at its last
-space (outside ``{...}`` when it can) that leaves room for a ``\\`` marker, and goes on below, indented four
-more spaces (a comment goes on as a comment). Code that fits is shown as it is.
+A line wider than the code box (``WIDTH``) is wrapped for display (``wrap_code``), and in Python only where
+Python allows a line break, so that the copied listing is the same code (``tests/test_source.py`` parses
+both): code is cut at a space between tokens and marked with a ``\\`` (Python's own line continuation), a
+string is cut into two literals that Python joins again (``"a b"`` as ``"a " \\`` and ``"b"``), never
+inside an f-string's ``{...}``, and a comment goes on as a comment. The piece below is indented four more
+spaces. Code that fits is shown as it is.
 """
 
 from __future__ import annotations
@@ -182,6 +185,205 @@ def _wrap_line(
     return [*pieces, line]
 
 
+# --- Python: cut only where Python allows it --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Char:
+    """What a character of Python source is: ``code``, ``comment``, ``text`` (a multi-line string),
+    ``str`` (a one-line string literal: its opening, e.g. ``f"``, and the depth of ``{...}`` there)
+    or ``fixed`` (never cut before it)."""
+
+    kind: str
+    opening: str = ""
+    depth: int = 0
+
+
+_CODE, _COMMENT, _TEXT = _Char("code"), _Char("comment"), _Char("text")
+_FIXED = _Char("fixed")
+
+
+def _python_chars(code: str) -> list[list[_Char]] | None:
+    """Per line of ``code``, what each character is; ``None`` if ``code`` does not tokenize."""
+    lines = code.splitlines()
+    chars = [[_CODE] * len(line) for line in lines]
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return None
+    starts = []  # Python 3.12+: an f-string is FSTRING_START ... FSTRING_END
+    for token in tokens:
+        name = tokenize.tok_name[token.type]
+        if name == "FSTRING_START":
+            starts.append(token.start)
+        elif name in ("STRING", "FSTRING_END"):
+            start = starts.pop() if name == "FSTRING_END" else token.start
+            _mark_string(lines, chars, start, token.end)
+        elif token.type == tokenize.COMMENT:
+            row, col = token.start
+            chars[row - 1][col:] = [_COMMENT] * (len(lines[row - 1]) - col)
+    return chars
+
+
+def _mark_string(lines, chars, start, end) -> None:
+    (row, col), (end_row, end_col) = start, end
+    if row != end_row:  # over several lines: its text may be reflowed
+        for r in range(row, end_row + 1):
+            first = col if r == row else 0
+            last = end_col if r == end_row else len(lines[r - 1])
+            chars[r - 1][first:last] = [_TEXT] * (last - first)
+        return
+    literal = lines[row - 1][col:end_col]
+    body = literal.lstrip("bBrRuUfF")
+    quote = body[:3] if body[:3] in ('"""', "'''") else body[0]
+    opening = literal[: len(literal) - len(body)] + quote
+    is_f = "f" in opening.lower()
+    depth, marks = 0, []
+    for i, char in enumerate(literal):
+        if is_f:  # "{{" counts twice, so no cut there either
+            depth += (char == "{") - (char == "}")
+        inside = len(opening) <= i < len(literal) - len(quote)
+        marks.append(_Char("str", opening, depth) if inside else _FIXED)
+    chars[row - 1][col:end_col] = marks
+
+
+def _python_cut(line: str, kinds: list[_Char], indent: int, width: int):
+    """The last place Python allows a cut of ``line``, at a space if it can: ``(position, piece, rest,
+    rest's kinds or None)``, or ``None``."""
+    at_space = anywhere = None
+    for i in range(indent + 2, min(len(line), width + 1)):
+        char, kind = kinds[i], kinds[i].kind
+        before = line[i - 1]
+        if kind == "str":  # close the literal, open it again below
+            close = char.opening.lstrip("bBrRuUfF")
+            ok = char.depth == 0 and kinds[i - 1] == char
+            # a field's braces have depth > 0, escaped ones ("{{", "}}") too
+            ok = ok and "\\" not in (before, line[i])
+            ok = ok and i + len(close) + len(MARKER) <= width
+            if ok:
+                cut = (i, line[:i] + close + MARKER, char.opening + line[i:])
+                cut += ([_FIXED] * len(char.opening) + kinds[i:],)
+                anywhere = cut
+                at_space = cut if before == " " else at_space
+            continue
+        if line[i] != " " or kinds[i - 1].kind != kind:
+            continue
+        head = line[:i].rstrip()
+        if kind == "code" and len(head) + len(MARKER) <= width:
+            at_space = anywhere = (i, head + MARKER, line[i:].lstrip(), None)
+        elif kind in ("comment", "text") and len(head) <= width:
+            at_space = anywhere = (i, head, line[i:].lstrip(), None)
+    if anywhere is None and kinds[width - 1].kind == "comment":
+        # a comment with no space to cut at (a rule of dashes)
+        anywhere = (width - 1, line[: width - 1], line[width - 1 :], None)
+    return at_space or anywhere
+
+
+def _wrap_python_line(
+    line: str, kinds: list[_Char], width: int
+) -> list[str]:
+    """Cut ``line`` where Python allows it; a piece that cannot be cut stays as it is."""
+    indent = len(line) - len(line.lstrip())
+    first_indent, pieces = indent, []
+    while len(line) > width:
+        cut = _python_cut(line, kinds, indent, width)
+        if cut is None:
+            break
+        i, piece, rest, rest_kinds = cut
+        pieces.append(piece)
+        kind = kinds[i].kind
+        prefix = " " * min(first_indent + 4, width // 2)
+        indent = len(prefix)
+        if kind == "comment":
+            prefix += "# "
+        if rest_kinds is None:
+            rest_kinds = kinds[len(line) - len(rest) :]
+        line = prefix + rest
+        fill = {"comment": _COMMENT, "text": _TEXT}.get(kind, _CODE)
+        kinds = [fill] * len(prefix) + rest_kinds
+    return [*pieces, line]
+
+
+# --- JavaScript: a line break is a space there, outside strings and comments --------------------
+
+# after these words a line break would end the statement (automatic semicolon insertion)
+_JS_NO_BREAK_AFTER = (
+    "return",
+    "throw",
+    "break",
+    "continue",
+    "yield",
+    "async",
+)
+
+
+def _js_kinds(code: str) -> list[list[str]]:
+    """Per line of ``code``, what each character is: ``code``, ``str`` or ``comment``."""
+    kinds, quote = (
+        [],
+        None,
+    )  # the open string; only a template literal spans lines
+    for line in code.splitlines():
+        marks, i = [], 0
+        while i < len(line):
+            char = line[i]
+            if quote:
+                marks.append("str")
+                if char == "\\" and i + 1 < len(line):
+                    marks.append("str")
+                    i += 1
+                elif char == quote:
+                    quote = None
+            elif char in "'\"`":
+                quote = char
+                marks.append("str")
+            elif line.startswith("//", i):
+                marks += ["comment"] * (len(line) - i)
+                break
+            else:
+                marks.append("code")
+            i += 1
+        kinds.append(marks)
+        if quote != "`":
+            quote = None
+    return kinds
+
+
+def _wrap_js_line(line: str, kinds: list[str], width: int) -> list[str]:
+    """Cut ``line`` at its last space in code or in a comment that fits; no marker (JavaScript has
+    no line continuation, and needs none). A line with no such space stays whole."""
+    first_indent = len(line) - len(line.lstrip())
+    pieces, indent = [], first_indent
+    while len(line) > width:
+        cut = None
+        for i in range(indent + 1, min(len(line), width + 1)):
+            if (
+                line[i] != " "
+                or kinds[i] == "str"
+                or kinds[i - 1] != kinds[i]
+            ):
+                continue
+            head = line[:i].rstrip()
+            if kinds[i] == "code" and head.split()[-1] in _JS_NO_BREAK_AFTER:
+                continue
+            cut = i
+        if cut is None:
+            break
+        kind, head, rest = (
+            kinds[cut],
+            line[:cut].rstrip(),
+            line[cut:].lstrip(),
+        )
+        pieces.append(head)
+        prefix = " " * min(first_indent + 4, width // 2)
+        indent = len(prefix)
+        if kind == "comment":
+            prefix += "// "
+        line = prefix + rest
+        kinds = [kind] * len(prefix) + kinds[len(kinds) - len(rest) :]
+    return [*pieces, line]
+
+
 _COMMENTS = {
     "python": ("#", _comment_columns),
     "javascript": ("//", _js_comment_columns),
@@ -193,10 +395,12 @@ def wrap_code(
 ) -> str:
     """Wrap the lines of ``code`` wider than ``width`` for display; lines that fit are left alone.
 
-    A wide line is cut at its last space that leaves room for the marker `` \\`` (or inside a
-    word if there is none) and goes on below, indented four spaces more than it; a comment goes
-    on as a comment (``# ``, ``// `` in JavaScript). So nothing is cut off and the reader sees
-    where a line goes on.
+    Python is cut only where Python allows it, so that the wrapped code is the same program: at
+    a space between tokens, marked `` \\``; inside a string, closed and opened again (two
+    literals that Python joins), never inside an f-string's ``{...}``; a comment goes on as a
+    comment. JavaScript, which needs no marker, is cut at a space outside its strings (never
+    after ``return``), a comment going on as ``// ``. A line with no such place stays whole. The
+    piece below is indented four spaces more.
 
     Args:
         code: source text.
@@ -217,6 +421,8 @@ def wrap_code(
         return code
     comment, columns_of = _COMMENTS[language]
     comments = columns_of(code)
+    chars = _python_chars(code) if language == "python" else None
+    js_kinds = _js_kinds(code) if language == "javascript" else None
     out = []
     for n, line in enumerate(lines, 1):
         text = line.rstrip("\n")
@@ -224,7 +430,12 @@ def wrap_code(
         if len(text) <= width:
             out.append(line)
             continue
-        wrapped = _wrap_line(text, width, comments.get(n), comment)
+        if chars is not None:
+            wrapped = _wrap_python_line(text, chars[n - 1], width)
+        elif language == "javascript":
+            wrapped = _wrap_js_line(text, js_kinds[n - 1], width)
+        else:
+            wrapped = _wrap_line(text, width, comments.get(n), comment)
         out.append("\n".join(wrapped) + end)
     return "".join(out)
 
@@ -244,7 +455,8 @@ def show_source(obj: object, docstring: bool = False) -> SourceBlock:
     """
     name = _qualified_name(obj)
     code = wrap_code(source_of(obj, docstring=docstring))
-    path = Path(inspect.getsourcefile(obj)).resolve()
+    # a decorated function (@torch.no_grad()): the file of the function it wraps
+    path = Path(inspect.getsourcefile(inspect.unwrap(obj))).resolve()
     try:
         rel = f"aiayn/{path.relative_to(_PACKAGE_ROOT).as_posix()}"
     except ValueError:

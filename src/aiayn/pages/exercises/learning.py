@@ -32,6 +32,43 @@ def _copy_tokens() -> dict[str, Truth]:
     }
 
 
+def _length_penalty() -> dict[str, Truth]:
+    """8.3: which of two finished hypotheses beam search prefers, at α = 0.6 and α = 1."""
+
+    from ...decoding.common import gnmt_length_penalty
+
+    # (log P, tokens) of the two hypotheses
+    long_, short = (-3.0, 7), (-2.5, 4)
+
+    def score(hypothesis, alpha):
+        log_p, n = hypothesis
+        return log_p / gnmt_length_penalty(n, alpha)
+
+    def winner(alpha):  # the winner's number of tokens
+        return max((long_, short), key=lambda h: score(h, alpha))[1]
+
+    return {
+        "score_7": Truth(
+            score(long_, 0.6),
+            "divide log P by ((5 + |Y|) / 6) ** alpha, |Y| the tokens",
+            rel=1e-3,
+        ),
+        "score_4": Truth(
+            score(short, 0.6),
+            "the same formula with |Y| = 4",
+            rel=1e-3,
+        ),
+        "winner_06": Truth(
+            winner(0.6),
+            "the higher score (the one nearer zero) wins; answer its tokens",
+        ),
+        "winner_1": Truth(
+            winner(1.0),
+            "with alpha = 1 the penalty is (5 + |Y|) / 6",
+        ),
+    }
+
+
 def _top_p() -> dict[str, Truth]:
     """8.4: which pieces does top-p = 0.7 keep?"""
 
@@ -188,6 +225,7 @@ def _best_perplexity() -> dict[str, Truth]:
 
 TRUTHS: dict[str, Callable[[], dict[str, Truth]]] = {
     "8.2.1": _copy_tokens,
+    "8.3.1": _length_penalty,
     "8.4.1": _top_p,
     "9.1.1": _clipped_precisions,
     "10.1.2": _smoothing_floor,
