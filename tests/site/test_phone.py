@@ -31,9 +31,9 @@ ENGLISH = (
     "while two small children are playing with a dog on the meadow."
 )
 
-# the page's own module draws a long sentence into the translator's box: pieces as SentencePiece writes them
+# the page's own module draws a sentence into the translator's box: pieces as SentencePiece writes them
 # (▁ starts a word), one layer and one head, each row's weights a softmax that peaks near the diagonal
-DRAW_LONG_JS = """async ([german, english]) => {
+DRAW_JS = """async ([german, english]) => {
   const {AttentionView, CELL} = await import('/_static/translator/heatmap.mjs');
   const pieces = text => text.split(' ').map(w => '▁' + w);
   const source = [...pieces(german), '</s>'];
@@ -48,7 +48,7 @@ DRAW_LONG_JS = """async ([german, english]) => {
   root.querySelectorAll('.aiayn-attention').forEach(el => { el.hidden = true; });  // the example's view
   const view = new AttentionView(root);
   view.show(tokens, {cross: map(out, source), encoder: map(source, source), decoder_self: map(out, out)});
-  view.root.id = 'aiayn-long';
+  view.root.id = 'aiayn-drawn';
   return {tokens, min: CELL.min};
 }"""
 
@@ -89,6 +89,11 @@ def _inside(inner: dict, outer: dict, slack: float = 0.5) -> bool:
             and inner["top"] >= outer["top"] - slack and inner["bottom"] <= outer["bottom"] + slack)  # fmt: skip
 
 
+def _overlap(a: dict, b: dict, slack: float = 0.5) -> bool:
+    return (min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack
+            and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack)  # fmt: skip
+
+
 def _check_readable(drawn: dict, rows: list[str], cols: list[str], cell_min: float, what: str) -> None:
     """Cells at least cell_min, every piece a label, labels and titles inside the drawing, the drawing all
     reachable in its box, the page no wider than the screen."""
@@ -98,6 +103,9 @@ def _check_readable(drawn: dict, rows: list[str], cols: list[str], cell_min: flo
     for t in drawn["labels"] + drawn["titles"]:
         assert _inside(t, drawn["svg"]), f"{what}: {t['text']!r} at {t} reaches out of the map's box {drawn['svg']}"
     assert len(drawn["titles"]) == 2 and all(t["width"] > 0 for t in drawn["titles"])
+    row_title, col_title = drawn["titles"]
+    for t in [col_title] + drawn["labels"]:  # boxes: a slanted label's box is wider than its letters
+        assert not _overlap(row_title, t), f"{what}: the row title runs into {t['text']!r}"
     # the box scrolls to all of the drawing, sideways only
     assert drawn["scroll"]["width"] >= drawn["svg"]["width"] - 1, f"{what}: the box cannot show all the map"
     assert drawn["scroll"]["height"] <= drawn["scroll"]["clientHeight"] + 1, f"{what}: the box cuts the map's foot"
@@ -109,21 +117,32 @@ def _check_readable(drawn: dict, rows: list[str], cols: list[str], cell_min: flo
 @pytest.mark.parametrize("examples", [su.PHONE], indirect=True, ids=["phone"])
 def test_a_long_sentence_keeps_its_cells_and_labels_on_a_phone(examples):
     page = examples
-    long = page.evaluate(DRAW_LONG_JS, [GERMAN, ENGLISH])
+    long = page.evaluate(DRAW_JS, [GERMAN, ENGLISH])
     tokens = long["tokens"]
     assert len(tokens["source"]) > 30 and len(tokens["decoder_out"]) > 30  # a long sentence, both ways
     for kind, (rows, cols) in KIND_AXES.items():
-        page.select_option("#aiayn-long .aiayn-kind", kind)
-        drawn = page.evaluate(MAP_JS, "aiayn-long")
+        page.select_option("#aiayn-drawn .aiayn-kind", kind)
+        drawn = page.evaluate(MAP_JS, "aiayn-drawn")
         _check_readable(drawn, tokens[rows], tokens[cols], long["min"], f"the long sentence's {kind} map")
         assert drawn["scroll"]["width"] > drawn["scroll"]["client"], f"{kind}: a long map that needs no scrolling?"
     # the arrow keys scroll the box once it has the focus
-    page.focus("#aiayn-long .aiayn-heatmap")
-    before = page.eval_on_selector("#aiayn-long .aiayn-heatmap", "b => b.scrollLeft")
+    page.focus("#aiayn-drawn .aiayn-heatmap")
+    before = page.eval_on_selector("#aiayn-drawn .aiayn-heatmap", "b => b.scrollLeft")
     page.keyboard.press("ArrowRight")
     page.wait_for_timeout(300)  # a smooth scroll takes a few frames
-    after = page.eval_on_selector("#aiayn-long .aiayn-heatmap", "b => b.scrollLeft")
+    after = page.eval_on_selector("#aiayn-drawn .aiayn-heatmap", "b => b.scrollLeft")
     assert after > before, f"ArrowRight in the focused map's box left it at scrollLeft {after}"
+
+
+@pytest.mark.parametrize("examples", [su.PHONE, su.DESKTOP], indirect=True, ids=["phone", "desktop"])
+def test_a_short_sentence_keeps_its_titles_whole(examples):
+    """Three rows are shorter than the row title 'English piece being written': it moves down, not off the map."""
+    page = examples
+    drawn = page.evaluate(DRAW_JS, ["Ein Hund.", "A dog."])
+    for kind, (rows, cols) in KIND_AXES.items():
+        page.select_option("#aiayn-drawn .aiayn-kind", kind)
+        shown = page.evaluate(MAP_JS, "aiayn-drawn")
+        _check_readable(shown, drawn["tokens"][rows], drawn["tokens"][cols], drawn["min"], f"'Ein Hund.', {kind}")
 
 
 @pytest.mark.parametrize("examples", [su.PHONE], indirect=True, ids=["phone"])

@@ -107,18 +107,19 @@ export function drawHeatmap(el, weights, rowLabels, colLabels, options) {
   const title = 18, rowLabelWidth = widest(rowLabels) + 6;
   const fit = Math.floor((options.width - title - rowLabelWidth - 8) / cols);
   const cell = Math.max(CELL.min, Math.min(CELL.max, fit));
-  // the column labels slant down to the left (-60°): the first ones may reach past the row labels
-  const slant = Math.max(...colLabels.map((l, c) => textWidth(l, font) * Math.cos(Math.PI / 3) - (c + 0.5) * cell));
-  const x0 = Math.max(title + rowLabelWidth, slant + 2), y0 = 4;
-  const colLabelHeight = widest(colLabels) * Math.sin(Math.PI / 3) + 10;
   // the row title runs up beside the rows, moved down where it is taller than they are
   const rowTitleWidth = textWidth(options.rowTitle, `bold ${font}`);
-  const middleY = Math.max(y0 + rows * cell / 2, rowTitleWidth / 2 + 2);
+  const middleY = Math.max(4 + rows * cell / 2, rowTitleWidth / 2 + 2);
+  const below = middleY + rowTitleWidth / 2 > 4 + rows * cell;  // it reaches down beside the column labels
+  // the column labels slant down to the left (-60°): the first ones may reach past the row labels
+  const slant = Math.max(...colLabels.map((l, c) => textWidth(l, font) * Math.cos(Math.PI / 3) - (c + 0.5) * cell));
+  const x0 = Math.max(title + rowLabelWidth, (below ? title : 0) + slant + 2), y0 = 4;
+  const colLabelHeight = widest(colLabels) * Math.sin(Math.PI / 3) + 10;
   const mapBottom = y0 + rows * cell;
   const legendTop = Math.max(mapBottom + colLabelHeight + title, middleY + rowTitleWidth / 2) + 8;
   const colTitleWidth = textWidth(options.colTitle, `bold ${font}`);
   const shown = Math.max(0, Math.min(cols * cell, options.width - x0 - 4));  // the columns in view before any scrolling
-  const colTitleX = Math.max(x0 + shown / 2, colTitleWidth / 2 + 2);
+  const colTitleX = Math.max(x0 + shown / 2, title + colTitleWidth / 2 + 2);  // right of the row title
   const legendRight = x0 + 170 + textWidth(LEGEND_TITLE, `11px ${family}`);
   const width = Math.ceil(Math.max(x0 + cols * cell, colTitleX + colTitleWidth / 2, legendRight) + 4);
   const height = Math.ceil(legendTop + 34);
