@@ -139,6 +139,30 @@ def test_bleu_match_html_shows_the_counts_and_the_score():
     assert "smoothed" not in bleu_match_html(COUCH, COUCH)
 
 
+def _chips(html: str) -> list[tuple[str, str]]:
+    """(kind, text without tags) of each n-gram chip of a match display, in order."""
+    found = re.findall(r'<span title="(match|clipped|miss)"[^>]*>(.*?)</span>', html)
+    return [(kind, re.sub(r"<[^>]+>", "", inner)) for kind, inner in found]
+
+
+def test_bleu_match_html_marks_each_kind_beside_its_colour():
+    # as the calculator's chips: a reader who cannot tell green from orange from grey reads ✓, ✓ ×n → m, ✗
+    hyp, refs = "the the the the the the the", ["the cat is on the mat", "there is a cat on the mat"]
+    result = sentence_bleu(hyp, refs)
+    unigrams = _chips(bleu_match_html(hyp, refs, max_order=1))
+    bigrams = _chips(bleu_match_html(hyp, refs, max_order=2))[len(unigrams) :]
+    credited, uses = result.counts[0], result.totals[0]
+    assert unigrams[:credited] == [("match", "\u2713\u202fthe")] * credited
+    clipped = f"\u2713\u202fthe \u00d7{uses} \u2192 {credited}"
+    assert unigrams[credited:] == [("clipped", clipped)] * (uses - credited)
+    assert bigrams == [("miss", "\u2717\u202fthe the")] * (uses - 1)
+    # the clipped copies are struck through, their counts are not
+    assert bleu_match_html(hyp, refs).count(">the</s> \u00d7") == uses - credited
+    legend = bleu_match_html(hyp, refs).rsplit("margin-top:4px", 1)[1]
+    for mark, name in (("\u2713", "in a reference"), ("\u2713", "clipped"), ("\u2717", "not in a reference")):
+        assert re.search(f"{mark}\u202f[^<]*{name}", legend), (mark, name, legend)
+
+
 def test_bleu_match_html_escapes_and_lowercases():
     html = bleu_match_html("<b>A</b> man", "a man")
     assert "<b>A</b>" not in html.split("</b>", 1)[1] and "&lt;" in html

@@ -792,3 +792,12 @@ def contrasts(page, selector: str) -> list[dict]:
     and their contrast ratio (WCAG 2: 1 to 21); kind 'text', 'svg text', 'value' (a control's value) or 'edge'
     (a control against what is around it: its border, or its fill where that stands out more)."""
     return page.evaluate(CONTRAST_JS, selector)
+
+
+# --- the translator's page without its model (chapter 11.4 shows chapter 11.2's committed examples) -----------
+
+
+def without_model(context) -> None:
+    """Answer every request for the translator's model files with a 404, so that page 11.4 falls back to its
+    committed examples (as a site built without the model does)."""
+    context.route("**/_static/translator/model/**", lambda route: route.fulfill(status=404, body="not here"))

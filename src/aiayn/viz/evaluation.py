@@ -13,6 +13,8 @@ _MATCH_STYLE = {  # chip colours of the BLEU match display: background, border
     "clipped": ("#fdd0a2", "#e6550d"),
     "miss": ("#eeeeee", "#bbbbbb"),
 }
+# a chip's kind without its colour: the BLEU calculator's marks (web/bleu_page.mjs)
+_MATCH_MARK = {"match": "✓", "clipped": "✓", "miss": "✗"}
 
 
 def _bleu_ngram_status(
@@ -52,9 +54,11 @@ def bleu_match_html(
 
     Both sides are tokenized as BLEU does (``tokenize_13a``). For n = 1..max_order, each n-gram of the
     hypothesis is a chip: green when a reference has it, orange when a reference has it but fewer times
-    than the hypothesis uses it (the extra copies are clipped), grey when no reference has it. Then a
-    table gives the modified precisions (matches / n-grams), c, r, the brevity penalty and the sentence
-    BLEU of ``aiayn.bleu.sentence_bleu`` (sacreBLEU's sentence defaults: ``exp`` smoothing, effective order).
+    than the hypothesis uses it (the extra copies are clipped), grey when no reference has it. A mark says
+    the same without the colour, as the BLEU calculator's chips do: ✓ a match, ✓ ×n → m a clipped copy
+    (n in the hypothesis, m credited), ✗ a miss. Then a table gives the modified precisions
+    (matches / n-grams), c, r, the brevity penalty and the sentence BLEU of ``aiayn.bleu.sentence_bleu``
+    (sacreBLEU's sentence defaults: ``exp`` smoothing, effective order).
 
     Args:
         hypothesis: one detokenized system output.
@@ -66,6 +70,7 @@ def bleu_match_html(
         An HTML fragment (a ``<div>``); show it with ``IPython.display.HTML`` or an ``ipywidgets.HTML``.
     """
     import html
+    from collections import Counter
 
     from ..bleu import sentence_bleu, tokenize_13a
 
@@ -91,17 +96,21 @@ def bleu_match_html(
     rows = []
     for n in range(1, max_order + 1):
         chips = []
-        for text, status in _bleu_ngram_status(hyp, ref_tokens, n):
+        statuses = _bleu_ngram_status(hyp, ref_tokens, n)
+        count = Counter(text for text, _ in statuses)  # in the hypothesis
+        credit = Counter(text for text, s in statuses if s == "match")
+        for text, status in statuses:
             background, border = _MATCH_STYLE[status]
-            strike = (
-                "text-decoration:line-through;"
-                if status == "clipped"
-                else ""
-            )
+            gram = html.escape(text)
+            if status == "clipped":  # "✓ the ×3 → 2", the n-gram struck
+                gram = (
+                    '<s style="text-decoration-thickness:1px">'
+                    f"{gram}</s> \u00d7{count[text]} \u2192 {credit[text]}"
+                )
             chips.append(
                 f'<span title="{status}" style="background:{background};border:1px solid {border};'
-                f'border-radius:4px;padding:1px 5px;margin:2px;display:inline-block;{strike}">'
-                f"{html.escape(text)}</span>"
+                f'border-radius:4px;padding:1px 5px;margin:2px;display:inline-block">'
+                f"{_MATCH_MARK[status]}\u202f{gram}</span>"
             )
         matched, total = result.counts[n - 1], result.totals[n - 1]
         label = f"<b>{n}-grams</b> {matched}/{total}"
@@ -125,10 +134,10 @@ def bleu_match_html(
         factors += " (orders without a match are smoothed: the first gets 1/(2·n-grams), the next 1/(4·n-grams), ...)"
     legend = " ".join(
         f'<span style="background:{_MATCH_STYLE[s][0]};border:1px solid {_MATCH_STYLE[s][1]};'
-        f'border-radius:4px;padding:0 5px">{name}</span>'
+        f'border-radius:4px;padding:0 5px">{_MATCH_MARK[s]}\u202f{name}</span>'
         for s, name in (
             ("match", "in a reference"),
-            ("clipped", "clipped (used up)"),
+            ("clipped", "\u00d73 \u2192 2 clipped (used up)"),
             ("miss", "not in a reference"),
         )
     )

@@ -7,6 +7,9 @@
 
 const SVG = 'http://www.w3.org/2000/svg';
 const LEGEND_TITLE = 'weight (√ scale)';
+/** A cell's side in pixels: the largest, for short sentences, and the smallest, which still holds a 12 px
+ *  label beside and under it. A long sentence's map gets wider than its box, and the box scrolls sideways. */
+export const CELL = {max: 22, min: 14};
 
 /** The three kinds, their rows and columns: as _EXPLORER_AXES and _EXPLORER_TITLES in Python. */
 export const KINDS = {
@@ -85,8 +88,9 @@ function textWidth(text, font) {
 }
 
 /**
- * Draw a (rows, cols) map into an SVG element that fits `width` pixels: cells, piece labels, titles, legend.
- * Cells shrink for long sentences (labels go below 8 px cells; the tooltips keep them). The text is drawn in
+ * Draw a (rows, cols) map into an SVG element: cells, piece labels, titles, legend. The cells shrink to fit
+ * `width` pixels down to CELL.min; a longer sentence draws wider than `width` (its box scrolls) and keeps every
+ * label, and its column title sits under the part of the map the box shows first. The text is drawn in
  * currentColor, the colour of the page's text around the map, so it follows the theme's light and dark mode.
  * @param {SVGSVGElement} el the element to draw into (emptied first)
  * @param {number[][]} weights (rows, cols)
@@ -101,17 +105,21 @@ export function drawHeatmap(el, weights, rowLabels, colLabels, options) {
   const font = `12px ${family}`;
   const widest = labels => Math.max(...labels.map(l => textWidth(l, font)));
   const title = 18, rowLabelWidth = widest(rowLabels) + 6;
-  const cell = Math.max(2, Math.min(22, Math.floor((options.width - title - rowLabelWidth - 8) / cols)));
-  const labelled = cell >= 8;
+  const fit = Math.floor((options.width - title - rowLabelWidth - 8) / cols);
+  const cell = Math.max(CELL.min, Math.min(CELL.max, fit));
+  // the row title runs up beside the rows, moved down where it is taller than they are
+  const rowTitleWidth = textWidth(options.rowTitle, `bold ${font}`);
+  const middleY = Math.max(4 + rows * cell / 2, rowTitleWidth / 2 + 2);
+  const below = middleY + rowTitleWidth / 2 > 4 + rows * cell;  // it reaches down beside the column labels
   // the column labels slant down to the left (-60°): the first ones may reach past the row labels
-  const slant = labelled ? Math.max(...colLabels.map((l, c) =>
-    textWidth(l, font) * Math.cos(Math.PI / 3) - (c + 0.5) * cell)) : 0;
-  const x0 = Math.max(title + (labelled ? rowLabelWidth : 0), slant + 2), y0 = 4;
-  const colLabelHeight = labelled ? widest(colLabels) * Math.sin(Math.PI / 3) + 10 : 4;
+  const slant = Math.max(...colLabels.map((l, c) => textWidth(l, font) * Math.cos(Math.PI / 3) - (c + 0.5) * cell));
+  const x0 = Math.max(title + rowLabelWidth, (below ? title : 0) + slant + 2), y0 = 4;
+  const colLabelHeight = widest(colLabels) * Math.sin(Math.PI / 3) + 10;
   const mapBottom = y0 + rows * cell;
-  const legendTop = mapBottom + colLabelHeight + title + 8;
+  const legendTop = Math.max(mapBottom + colLabelHeight + title, middleY + rowTitleWidth / 2) + 8;
   const colTitleWidth = textWidth(options.colTitle, `bold ${font}`);
-  const colTitleX = Math.max(x0 + cols * cell / 2, colTitleWidth / 2 + 2);
+  const shown = Math.max(0, Math.min(cols * cell, options.width - x0 - 4));  // the columns in view before any scrolling
+  const colTitleX = Math.max(x0 + shown / 2, title + colTitleWidth / 2 + 2);  // right of the row title
   const legendRight = x0 + 170 + textWidth(LEGEND_TITLE, `11px ${family}`);
   const width = Math.ceil(Math.max(x0 + cols * cell, colTitleX + colTitleWidth / 2, legendRight) + 4);
   const height = Math.ceil(legendTop + 34);
@@ -132,20 +140,16 @@ export function drawHeatmap(el, weights, rowLabels, colLabels, options) {
     }
   }
   el.append(cells);
-  if (labelled) {
-    const size = Math.min(12, cell);
-    const g = svg('g', {class: 'labels', 'font-size': size, fill: 'currentColor'});
-    rowLabels.forEach((label, r) => g.append(svg('text', {
-      x: x0 - 4, y: y0 + (r + 0.5) * cell, 'text-anchor': 'end', 'dominant-baseline': 'central'}, label)));
-    colLabels.forEach((label, c) => {
-      const x = x0 + (c + 0.5) * cell, y = mapBottom + 6;
-      g.append(svg('text', {x, y, 'text-anchor': 'end', 'dominant-baseline': 'central',
-        transform: `rotate(-60 ${x} ${y})`}, label));
-    });
-    el.append(g);
-  }
+  const g = svg('g', {class: 'labels', 'font-size': 12, fill: 'currentColor'});
+  rowLabels.forEach((label, r) => g.append(svg('text', {
+    x: x0 - 4, y: y0 + (r + 0.5) * cell, 'text-anchor': 'end', 'dominant-baseline': 'central'}, label)));
+  colLabels.forEach((label, c) => {
+    const x = x0 + (c + 0.5) * cell, y = mapBottom + 6;
+    g.append(svg('text', {x, y, 'text-anchor': 'end', 'dominant-baseline': 'central',
+      transform: `rotate(-60 ${x} ${y})`}, label));
+  });
+  el.append(g);
   const titles = svg('g', {class: 'titles', 'font-size': 12, 'font-weight': 'bold', fill: 'currentColor'});
-  const middleY = y0 + rows * cell / 2;
   titles.append(svg('text', {x: 12, y: middleY, 'text-anchor': 'middle',
     transform: `rotate(-90 12 ${middleY})`}, options.rowTitle));
   titles.append(svg('text', {x: colTitleX, y: mapBottom + colLabelHeight + 12,
@@ -200,8 +204,13 @@ export class AttentionView {
     [headLabel, this.head] = select('head ', 'aiayn-head');
     setOptions(this.kind, Object.entries(KINDS).map(([k, v]) => [k, v.name]));
     menus.append(kindLabel, layerLabel, headLabel);
+    // the map's own box: it scrolls sideways when a long sentence's map is wider than the page, with the
+    // mouse, a finger or, once it has the focus, the arrow keys
     this.figure = document.createElement('div');
     this.figure.className = 'aiayn-heatmap';
+    this.figure.tabIndex = 0;
+    this.figure.setAttribute('role', 'region');
+    this.figure.setAttribute('aria-label', 'attention map (scrolls sideways when it is wider than the page)');
     this.svg = document.createElementNS(SVG, 'svg');
     this.svg.setAttribute('role', 'img');
     this.figure.append(this.svg);
