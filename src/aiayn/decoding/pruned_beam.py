@@ -193,8 +193,10 @@ def pruned_beam_search(
             chosen = token_log_p.view(B, K * V).gather(1, best)  # (B, K)
             old_log_p, log_p = log_p, log_p.gather(1, beam) + chosen
             if trace is not None:
-                trace.step(live, old_log_p, token_log_p, cand_score, kept,
-                           best, log_p)  # fmt: skip
+                trace.step(
+                    live, finished, old_log_p, token_log_p, cand_score,
+                    kept, best, log_p,
+                )  # fmt: skip
             lengths = cand_len.gather(1, beam)  # (B, K)
             was_finished = finished.gather(1, beam)  # (B, K)
             finished = was_finished | (token == eos_id)  # (B, K)

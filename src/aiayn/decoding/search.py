@@ -348,6 +348,7 @@ def beam_search(
         if trace is not None and trace.attention:
             _trace_attention(model, src, src_mask, trace)
         return out
+    given_mask = src_mask  # for the trace's attention
     pad_id, max_len, limits = _check_common(
         model, src, max_len, bos_id, eos_id
     )
@@ -379,8 +380,10 @@ def beam_search(
             old_log_p, log_p = log_p, log_p.gather(1, beam) + chosen
             if trace is not None:
                 everyone = torch.arange(B, device=device)
-                trace.step(everyone, old_log_p, token_log_p, cand_score,
-                           kept, best, log_p)  # fmt: skip
+                trace.step(
+                    everyone, finished, old_log_p, token_log_p, cand_score,
+                    kept, best, log_p,
+                )  # fmt: skip
             lengths = cand_len.gather(1, beam)
             finished = finished.gather(1, beam) | (token == eos_id)
             first_row = torch.arange(B, device=device)[:, None] * K
@@ -395,7 +398,7 @@ def beam_search(
         if trace is not None:
             trace.end(torch.arange(B, device=device), log_p, lengths)
             if trace.attention:
-                _trace_attention(model, src, src_mask, trace)
+                _trace_attention(model, src, given_mask, trace)
         return BeamSearchOutput(*_best_beams(ys, log_p, lengths, alpha))
 
 

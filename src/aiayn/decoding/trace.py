@@ -31,13 +31,14 @@ A tree is a dict:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from .common import gnmt_length_penalty
 
-__all__ = ["BeamTrace", "path"]
+__all__ = ["BeamTrace", "path", "readable"]
 
 
 class BeamTrace:
@@ -78,6 +79,7 @@ class BeamTrace:
     def step(
         self,
         live: torch.Tensor,
+        done: torch.Tensor,
         old_log_p: torch.Tensor,
         token_log_p: torch.Tensor,
         cand_score: torch.Tensor,
@@ -88,6 +90,8 @@ class BeamTrace:
         """Record one step of the sentences ``live`` ``(B,)``.
 
         Args:
+            done: ``(B, K)`` the beams finished before the step (``<eos>`` or the limit): they
+                grow by padding alone.
             old_log_p: ``(B, K)`` log P of the beams before the step.
             token_log_p: ``(B, K, V)`` log P of each next piece.
             cand_score: ``(B, K, V)`` each candidate's score.
@@ -116,20 +120,21 @@ class BeamTrace:
         )
         rows = zip(
             live.tolist(),
+            done.tolist(),
             kept,
             candidates,
             nexts,
             strict=True,
         )
-        for s, kept_s, candidates_s, next_s in rows:
-            self._grow(s, V, n_pruned, kept_s, candidates_s, next_s)
+        for s, done_s, kept_s, candidates_s, next_s in rows:
+            self._grow(s, V, n_pruned, done_s, kept_s, candidates_s, next_s)
 
-    def _grow(self, s, V, n_pruned, kept, candidates, nexts) -> None:
+    def _grow(self, s, V, n_pruned, done, kept, candidates, nexts) -> None:
         """One step of sentence ``s``, from its rows of ``step``'s tensors, as lists."""
         tree, beams = self.trees[s], self._beams[s]
         nodes = tree["nodes"]
-        for node, ids, probs in zip(beams, *nexts, strict=True):
-            if node is not None and not nodes[node]["finished"]:
+        for node, ended, ids, probs in zip(beams, done, *nexts, strict=True):
+            if node is not None and not ended:
                 nodes[node]["top"] = [
                     list(x) for x in zip(ids, probs, strict=True)
                 ]
@@ -139,7 +144,7 @@ class BeamTrace:
             parent = beams[beam]
             if parent is None or total == -math.inf:
                 new.append(None)
-            elif nodes[parent]["finished"]:  # it stays, with its score
+            elif done[beam]:  # it stays, with its score
                 new.append(parent)
             else:
                 new.append(len(nodes))
@@ -157,7 +162,7 @@ class BeamTrace:
                 continue
             if parent is None or score == -math.inf:
                 continue
-            if nodes[parent]["finished"]:  # its padding, not a piece
+            if done[beam]:  # its padding, not a piece
                 continue
             pruned.append({
                 "parent": parent, "piece": piece,
@@ -231,3 +236,38 @@ def path(tree: dict, node: int) -> list[int]:
         pieces.append(tree["nodes"][node]["piece"])
         node = tree["nodes"][node]["parent"]
     return pieces[::-1]
+
+
+def readable(
+    tree: dict, piece: Callable[[int], str], digits: int = 4
+) -> dict:
+    """``tree`` for a JSON file: each piece id as its text (``piece``), numbers to ``digits`` decimals.
+
+    The node ids, parents, steps and the winner stay as they are; attention keeps its rounding.
+    """
+
+    def r(x: float) -> float:
+        return round(x, digits)
+
+    nodes = []
+    for node in tree["nodes"]:
+        out = dict(node, piece=piece(node["piece"]))
+        out |= {"log_p": r(node["log_p"]), "score": r(node["score"])}
+        out["top"] = [[piece(i), r(p)] for i, p in node["top"]]
+        nodes.append(out)
+    steps = [
+        {
+            "kept": step["kept"],
+            "pruned": [
+                dict(
+                    c,
+                    piece=piece(c["piece"]),
+                    log_p=r(c["log_p"]),
+                    score=r(c["score"]),
+                )  # fmt: skip
+                for c in step["pruned"]
+            ],
+        }
+        for step in tree["steps"]
+    ]
+    return {"nodes": nodes, "steps": steps, "winner": tree["winner"]}
