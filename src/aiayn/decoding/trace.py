@@ -18,10 +18,12 @@ A tree is a dict:
   a finished node and for one the search never extended), and with ``BeamTrace(attention=True)``
   ``attention`` holds the cross-attention of the decoder's last layer, averaged over heads, of
   the node's last position over the source (``S`` weights, what the model looked at to choose
-  the next piece), to ``digits`` decimals.
+  the next piece), to ``digits`` decimals; ``None`` for a finished node. It is computed after the
+  search, by running each prefix again on the explicit attention path (the search's fused and
+  cached attention keeps no weights); the same model, so the same weights up to float rounding.
 - ``steps``: entry ``t - 1`` is step ``t``: ``kept``, the node of each of the K beams after the step
-  (a finished node stays in its beam with its score until a better hypothesis pushes it out, so a
-  node may appear at several steps), and ``pruned``, the best candidates of the step that were not
+  (a finished node, or one at its sentence's ``max_len``, stays in its beam with its score until
+  a better hypothesis pushes it out, so a node may appear at several steps), and ``pruned``, the best candidates of the step that were not
   kept, up to ``pruned`` of them: ``{"parent", "piece", "log_p", "score"}``. The finished beams'
   one continuation (padding) is not listed. A beam whose log P is -inf (at the first step, when
   fewer than K candidates are possible) holds ``None``.

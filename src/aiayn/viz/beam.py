@@ -130,8 +130,11 @@ def beam_tree_figure(
         title="hypotheses of the step",
         axis=alt.Axis(labels=False, ticks=False, grid=False),
     )
-    color = alt.Color("status:N", scale=colors, title=None,
+    color = alt.Color("status:N", scale=colors, title=None, sort=list(STATUS),
                       legend=alt.Legend(orient="top", direction="horizontal"))  # fmt: skip
+    fade = alt.Opacity(
+        "status:N", scale=opacity, sort=list(STATUS), legend=None
+    )
     edges = (
         alt.Chart(alt.Data(values=lines))
         .mark_rule(clip=True, strokeWidth=1.2)
@@ -140,8 +143,8 @@ def beam_tree_figure(
             x2="step:Q",
             y=alt.Y("parent_row:Q", scale=y_scale),
             y2="row:Q",
-            color=alt.Color("status:N", scale=colors, legend=None),
-            opacity=alt.Opacity("status:N", scale=opacity, legend=None),
+            color=color,
+            opacity=fade,
         )
     )
     tooltip = [
@@ -155,16 +158,13 @@ def beam_tree_figure(
     base = alt.Chart(alt.Data(values=points)).encode(
         x=x,
         y=y,
-        opacity=alt.Opacity("status:N", scale=opacity, legend=None),
+        opacity=fade,
         tooltip=tooltip,
     )
     dots = base.mark_circle(size=40, clip=True).encode(color=color)
     labels = base.mark_text(
         clip=True, dy=-9, fontSize=10, baseline="bottom"
-    ).encode(
-        text="piece:N",
-        color=alt.Color("status:N", scale=colors, legend=None),
-    )
+    ).encode(text="piece:N", color=color)
     pan = alt.selection_interval(
         bind="scales", encodings=["x"], name="pan_steps"
     )
