@@ -23,9 +23,10 @@ A tree is a dict:
   cached attention keeps no weights); the same model, so the same weights up to float rounding.
 - ``steps``: entry ``t - 1`` is step ``t``: ``kept``, the node of each of the K beams after the step
   (a finished node, or one at its sentence's ``max_len``, stays in its beam with its score until
-  a better hypothesis pushes it out, so a node may appear at several steps), and ``pruned``, the best candidates of the step that were not
-  kept, up to ``pruned`` of them: ``{"parent", "piece", "log_p", "score"}``. The finished beams'
-  one continuation (padding) is not listed. A beam whose log P is -inf (at the first step, when
+  a better hypothesis pushes it out, so a node may appear at several steps), and ``pruned``,
+  the best candidates of the step that were not kept, up to ``pruned`` of them:
+  ``{"parent", "piece", "log_p", "score"}``. The finished beams' one continuation (padding) is
+  not listed. A beam whose log P is -inf (at the first step, when
   fewer than K candidates are possible) holds ``None``.
 - ``winner``: the node the search returned.
 """
