@@ -34,6 +34,7 @@ from .common import (
     check_beam,
     gnmt_length_penalty,
 )
+from .trace import BeamTrace
 
 __all__ = ["pruned_beam_search"]
 
@@ -127,6 +128,7 @@ def pruned_beam_search(
     length_penalty: float = 0.6,
     use_cache: bool = True,
     onednn: bool = True,
+    trace: BeamTrace | None = None,
 ) -> BeamSearchOutput:
     """``decoding.beam_search``, computing only the rows that can still grow (see the module docstring).
 
@@ -134,7 +136,8 @@ def pruned_beam_search(
     sentence); a sentence whose beams have all finished leaves the batch with its best beam. The
     source's memory, mask and cross-attention keys and values are kept once per sentence
     (``DecoderCache.beams``); the rows of the self-attention keys and values follow the surviving
-    beams (``DecoderCache.reorder``). Arguments and output as in ``decoding.beam_search``.
+    beams (``DecoderCache.reorder``). Arguments and output as in ``decoding.beam_search``; ``trace``
+    records the tree of each sentence (``decoding.trace.BeamTrace``).
     """
     K, alpha = check_beam(beam_size, length_penalty)
     pad_id, max_len, limits = _check_common(
@@ -161,6 +164,8 @@ def pruned_beam_search(
         out = _Finished()
         # (B, K): the beams the next step runs the decoder for
         searched = _searched(finished, log_p)
+        if trace is not None:
+            trace.start(B, K, alpha, bos_id, eos_id)
 
         for _ in range(max_len - 1):
             B = live.size(0)  # the sentences still in the batch
@@ -180,13 +185,18 @@ def pruned_beam_search(
             # (B, K, V): each candidate's log P, divided (in place) by its penalty
             cand_score = (log_p[..., None] + token_log_p).div_(lp[..., None])
             # the K best of each sentence's K·V candidates, as indices
-            _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
+            kept, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
             # which beam each extends, with which token
             beam, token = best // V, best % V  # (B, K) each
 
             # (B, K): log P of the kept candidates, the same sum as in cand_score
             chosen = token_log_p.view(B, K * V).gather(1, best)  # (B, K)
-            log_p = log_p.gather(1, beam) + chosen
+            old_log_p, log_p = log_p, log_p.gather(1, beam) + chosen
+            if trace is not None:
+                trace.step(
+                    live, finished, old_log_p, token_log_p, cand_score,
+                    kept, best, log_p,
+                )  # fmt: skip
             lengths = cand_len.gather(1, beam)  # (B, K)
             was_finished = finished.gather(1, beam)  # (B, K)
             finished = was_finished | (token == eos_id)  # (B, K)
@@ -205,6 +215,8 @@ def pruned_beam_search(
             ended = finished.all(dim=1)  # (B,), all its beams have finished
             if ended.any():  # those sentences leave the batch
                 picked = _best_beams(ys, log_p, lengths, alpha)
+                if trace is not None:
+                    trace.end(live[ended], log_p[ended], lengths[ended])
                 out.add(live[ended], *(x[ended] for x in picked))
                 keep = (~ended).nonzero().squeeze(1)  # (B',)
                 per_beam = log_p, lengths, finished, searched
@@ -221,5 +233,7 @@ def pruned_beam_search(
                 rows = (keep[:, None] * K + beams).view(-1)  # (B'·K,)
                 (ys,) = _keep_rows(rows, None, ys)
 
+        if trace is not None:
+            trace.end(live, log_p, lengths)
         out.add(live, *_best_beams(ys, log_p, lengths, alpha))
         return BeamSearchOutput(*out.in_order(pad_id))

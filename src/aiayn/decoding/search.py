@@ -48,6 +48,7 @@ from torch import nn
 from ..checks import check_int, check_token_dtype
 from ..engine.kv_cache import new_cache
 from ..engine.onednn import onednn_available, onednn_linear
+from ..masks import padding_mask
 from .common import (
     BeamSearchOutput,
     MaxLen,
@@ -67,6 +68,7 @@ from .common import (
 from .pruned_beam import pruned_beam_search
 from .seeded import Mulberry32, draw
 from .strategies import ENGINE, SearchOptions, pick, register
+from .trace import BeamTrace
 
 __all__ = [
     "greedy_decode",
@@ -309,6 +311,7 @@ def beam_search(
     use_cache: bool = True,
     prune: bool = True,
     onednn: bool = True,
+    trace: BeamTrace | None = None,
 ) -> BeamSearchOutput:
     """Keep the ``beam_size`` best prefixes per sentence at every step; the paper uses 4 and α = 0.6.
 
@@ -330,6 +333,9 @@ def beam_search(
         prune: ``aiayn.decoding.pruned_beam``, the same search without the rows that have finished
             (``False``: this reference, every row until the end).
         onednn: as in ``greedy_decode``.
+        trace: a ``decoding.trace.BeamTrace`` to fill with the tree of each sentence: every
+            hypothesis kept, the best ones pruned, each node's next pieces (``None``: no
+            record, and nothing else changes).
 
     Returns:
         A ``BeamSearchOutput`` (``tokens`` ``(B, L)`` with ``L <= max_len``, ``scores``, ``log_probs``).
@@ -337,8 +343,12 @@ def beam_search(
     K, alpha = check_beam(beam_size, length_penalty)
     # the engine twin: finished beams and sentences leave the batch
     if prune:
-        rest = max_len, bos_id, eos_id, K, alpha, use_cache, onednn
-        return pruned_beam_search(model, src, src_mask, *rest)
+        rest = max_len, bos_id, eos_id, K, alpha, use_cache, onednn, trace
+        out = pruned_beam_search(model, src, src_mask, *rest)
+        if trace is not None and trace.attention:
+            _trace_attention(model, src, src_mask, trace)
+        return out
+    given_mask = src_mask  # for the trace's attention
     pad_id, max_len, limits = _check_common(
         model, src, max_len, bos_id, eos_id
     )
@@ -352,6 +362,8 @@ def beam_search(
         cache = new_cache(model) if use_cache else None
         # (B, K) each: log P, generated tokens, finished or not
         log_p, lengths, finished = _first_beams(B, K, limits, device)
+        if trace is not None:
+            trace.start(B, K, alpha, bos_id, eos_id)
         for _ in range(max_len - 1):
             logits = _next_logits(model, memory, src_mask, ys, cache)
             # (B, K, V); a finished beam's one continuation is padding
@@ -362,10 +374,16 @@ def beam_search(
             lp = gnmt_length_penalty(cand_len, alpha)[..., None]  # (B, K, 1)
             cand_score = (log_p[..., None] + token_log_p) / lp  # (B, K, V)
             # the K best of each sentence's K·V: which beam, which token
-            _, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
+            kept, best = cand_score.view(B, K * V).topk(K, dim=-1)  # (B, K)
             beam, token = best // V, best % V  # (B, K) each
             chosen = token_log_p.view(B, K * V).gather(1, best)  # (B, K)
-            log_p = log_p.gather(1, beam) + chosen
+            old_log_p, log_p = log_p, log_p.gather(1, beam) + chosen
+            if trace is not None:
+                everyone = torch.arange(B, device=device)
+                trace.step(
+                    everyone, finished, old_log_p, token_log_p, cand_score,
+                    kept, best, log_p,
+                )  # fmt: skip
             lengths = cand_len.gather(1, beam)
             finished = finished.gather(1, beam) | (token == eos_id)
             first_row = torch.arange(B, device=device)[:, None] * K
@@ -377,7 +395,19 @@ def beam_search(
                 finished |= (limits <= ys.size(1))[:, None]
             if finished.all():
                 break
+        if trace is not None:
+            trace.end(torch.arange(B, device=device), log_p, lengths)
+            if trace.attention:
+                _trace_attention(model, src, given_mask, trace)
         return BeamSearchOutput(*_best_beams(ys, log_p, lengths, alpha))
+
+
+def _trace_attention(model, src, src_mask, trace: BeamTrace) -> None:
+    """Fill ``trace``'s nodes with their cross-attention (``BeamTrace.add_attention``)."""
+    with _eval_mode(model):
+        if src_mask is None:
+            src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+        trace.add_attention(model, src, src_mask)
 
 
 def _first_beams(

@@ -80,6 +80,7 @@ from . import (  # noqa: E402
     translation,
 )
 from .attention import *  # noqa: E402, F403
+from .beam import beam_tree_figure, beam_tree_frames  # noqa: E402, F401
 from .evaluation import *  # noqa: E402, F403
 from .foundations import *  # noqa: E402, F403
 from .model import *  # noqa: E402, F403
