@@ -151,6 +151,11 @@ def plan(base: TrainConfig, variants: list[str], seeds: int, budget: dict) -> li
     return runs
 
 
+def changed(changes: dict) -> str:
+    """``{"h": 1, "d_k": None}`` as ``h=1`` (``None``: the default, ``d_model / h``); the base as ``-``."""
+    return " ".join(f"{k}={v}" for k, v in changes.items() if v is not None) or "-"
+
+
 def parameters(cfg: TrainConfig) -> int:
     """The model's parameters over the config's vocabulary, counted without allocating them."""
     with torch.device("meta"):
@@ -261,9 +266,10 @@ def sweep(args: argparse.Namespace, log=print) -> dict:
         for run in runs:
             d_k, d_v = head_widths(run.cfg)
             m = run.cfg.model
-            log(f"{run.key:<14} {json.dumps(run.changes):<34} d_model {m.d_model:>4} h {m.h:>2} d_k {d_k:>3} "
+            log(f"{run.key:<11} {changed(run.changes):<26} d_model {m.d_model:>4} h {m.h:>2} d_k {d_k:>3} "
                 f"d_v {d_v:>3} N {m.N} d_ff {m.d_ff:>4} P_drop {m.dropout} eps_ls {run.cfg.label_smoothing} "
-                f"epochs {run.cfg.epochs} max_steps {run.cfg.max_steps}: {parameters(run.cfg):,} parameters")  # fmt: skip
+                f"epochs {run.cfg.epochs} max_steps {run.cfg.max_steps}: "
+                f"{parameters(run.cfg):>11,} parameters")  # fmt: skip
         log(f"{len(runs)} runs; --out {out}")
         return {}
     book = Sweep(out, args.base, budget, args.resume)
@@ -342,7 +348,7 @@ def _pm(mean: float, spread: float | None) -> str:
 def print_summary(report: dict, log=print) -> None:
     log(f"Table 3 on Multi30k, base {report['base']}, budget {report['budget']}: sacreBLEU on test2016 and "
         "validation perplexity, mean ± sample std over seeds; * marks a difference beyond both spreads")  # fmt: skip
-    log(f"{'variant':<8} {'changes':<34} {'seeds':>5} {'params':>11}  {'BLEU':>13} {'ΔBLEU':>7}  "
+    log(f"{'variant':<8} {'changes':<26} {'seeds':>5} {'params':>11}  {'BLEU':>13} {'ΔBLEU':>7}  "
         f"{'ppl':>13} {'Δppl':>7}")  # fmt: skip
     for row in summarize(report):
         delta = {}
@@ -352,7 +358,7 @@ def print_summary(report: dict, log=print) -> None:
             else:
                 star = "*" if row[f"{metric}_beyond_spread"] else " "
                 delta[metric] = f"{row[f'{metric}_delta']:+7.2f}{star}"
-        log(f"{row['variant']:<8} {json.dumps(row['changes']):<34} {row['seeds']:>5} {row['parameters']:>11,}  "
+        log(f"{row['variant']:<8} {changed(row['changes']):<26} {row['seeds']:>5} {row['parameters']:>11,}  "
             f"{_pm(row['bleu'], row['bleu_spread'])} {delta['bleu']} {_pm(row['ppl'], row['ppl_spread'])} "
             f"{delta['ppl']}")  # fmt: skip
 
