@@ -89,7 +89,8 @@ class Context:
 
     def command(self, argv: list[str]) -> subprocess.CompletedProcess:
         """Run ``argv`` with this Python, its output appended to the part's log; the last line returned."""
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+        paths = [str(REPO / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"$ {' '.join(argv)}\n")
             log.flush()

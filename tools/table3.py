@@ -44,13 +44,16 @@ spread, and no difference is called out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,6 +244,40 @@ def _run_in_process(run: Run, args: argparse.Namespace, work: Path) -> dict:
     return train_and_score(run.cfg, work / run.folder, args.device, args.data, args.limit)
 
 
+class Stopped(Exception):
+    """A signal stopped a sweep of --jobs processes; each saved its run's checkpoint."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(f"interrupted ({signal_name}); the runs going on saved their checkpoints")
+        self.signal_name = signal_name
+
+
+_CHILDREN: set[subprocess.Popen] = set()  # the --one processes running now
+_CHILDREN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stop_children_on_signals() -> Iterator[None]:
+    """SIGTERM or Ctrl-C: each --one process gets SIGTERM (its training saves a checkpoint), then stop."""
+
+    def stop(signum, frame):
+        with _CHILDREN_LOCK:
+            children = list(_CHILDREN)
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            child.wait()
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _run_in_subprocess(run: Run, args: argparse.Namespace, work: Path) -> dict:
     """``--one``: the run in a process of its own; its last line of output is the measured JSON."""
     spec = work / f"{run.folder}.json"  # beside the run folder, which holds only what train writes
@@ -249,7 +286,15 @@ def _run_in_subprocess(run: Run, args: argparse.Namespace, work: Path) -> dict:
     for flag, value in (("--device", args.device), ("--data", args.data), ("--limit", args.limit)):
         if value is not None:
             argv += [flag, str(value)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(child)
+    try:
+        stdout, stderr = child.communicate()
+    finally:
+        with _CHILDREN_LOCK:
+            _CHILDREN.discard(child)
+    done = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     if done.returncode != 0:
         raise RuntimeError(f"{run.key} failed (exit status {done.returncode}):\n{done.stderr[-2000:]}")
     spec.unlink()
@@ -298,9 +343,14 @@ def sweep(args: argparse.Namespace, log=print) -> dict:
         for run in todo:
             one(run)
     else:
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for future in [pool.submit(one, run) for run in todo]:
-                future.result()
+        with _stop_children_on_signals(), ThreadPoolExecutor(args.jobs) as pool:
+            futures = [pool.submit(one, run) for run in todo]
+            try:
+                for future in futures:
+                    future.result()
+            finally:  # a stop or a failure: start no other run
+                for future in futures:
+                    future.cancel()
     return book.report
 
 
@@ -406,10 +456,10 @@ def _main(args: argparse.Namespace) -> int:
         raise cli.UsageError(f"--base must be one of {', '.join(PRESETS)}, got {args.base!r}")
     try:
         report = sweep(args)
-    except TrainingInterrupted as err:
+    except (TrainingInterrupted, Stopped) as err:
         print(f"{err}; {args.out} holds every run finished before: the same command with --resume goes on",
               file=sys.stderr)  # fmt: skip
-        return 130
+        return 128 + getattr(signal, err.signal_name or "SIGINT")  # 130 for Ctrl-C, 143 for SIGTERM
     if report:
         print(f"{len(report['runs'])} runs in {args.out}; python tools/table3.py --out {args.out} --summary")
     return 0
