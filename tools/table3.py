@@ -23,10 +23,12 @@ with every seed, so that each row is compared with runs trained the same way.
 ``--seeds N`` (default 3) trains seeds ``s, s+1, ..., s+N-1``, ``s`` the base's seed; the runs go
 seed by seed (all rows with the first seed, then the second ...), so that a sweep cut short has one
 run of every row before it has two. ``--jobs K`` trains K runs at once, each in a process of its own
-(``python tools/table3.py --one ...``): on one GPU, small models leave it mostly idle, and K of them
-fill it. To fit a budget, ``--epochs`` or ``--max-steps`` shortens every run alike (the paper
-trained every row for the same number of steps); ``--max-runs`` and ``--stop-after-minutes`` end the
-sweep after so many runs, or start none after so many minutes.
+(``python tools/table3.py --one ...``): a step of these small models is mostly host time (see
+``aiayn.runs.presets``), so several processes overlap on one GPU. To fit a budget, ``--epochs`` or
+``--max-steps`` shortens every run alike: the paper trained every row for the same number of steps,
+and a budget in minutes would give the larger rows fewer. ``--max-runs`` and ``--stop-after-minutes``
+end the sweep after so many runs, or start none after so many minutes. SIGTERM or Ctrl-C stops the
+sweep; with ``--jobs`` each running process gets SIGTERM and saves its checkpoint first.
 
 ``--out`` is ONE JSON, rewritten atomically (``aiayn.files.atomic_write``) after every run:
 ``{"format": "aiayn-table3/1", "base", "budget", "runs": {"<variant>/seed<s>": {...}}}``, each run
