@@ -49,6 +49,10 @@ def test_dry_run_fits_the_budget(tool, tmp_path, capsys):
         total += tool.ESTIMATE_MIN[part.name]
         assert line.endswith("fits" if total <= 10 else "beyond the budget")
     assert not list(tmp_path.iterdir())  # a dry run writes nothing
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "5,t4_fp16"]) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["t4_fp16", "seed2", "seed3"]
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "7"]) == 2
+    assert "unknown ['7']" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -103,6 +107,9 @@ def test_cpu_smoke_runs_every_part_and_resumes_after_a_stop(tool, root, cache, t
         assert result["val_ppl"] > 1 and 0 <= result["test2016"]["sacrebleu"] <= 100
     seeds = [json.loads((out / f"{name}.config.json").read_text())["seed"] for name in ("multi30k", "seed2", "seed3")]
     assert seeds == [0, 1, 2]
+    three = parts["seed3"]["result"]["three_seeds"]
+    assert three["sacrebleu"] == [parts[n]["result"]["test2016"]["sacrebleu"] for n in ("multi30k", "seed2", "seed3")]
+    assert three["mean"] == pytest.approx(sum(three["sacrebleu"]) / 3)
     assert parts["one_batch"]["result"]["sentences"] == tool.SMOKE_SENTENCES
     assert parts["table3"]["result"]["runs"] == parts["table3"]["result"]["planned"] == 2
     assert (out / "t4_fp16.log").read_text().count("$ ") == 2  # started twice

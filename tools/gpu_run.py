@@ -14,9 +14,13 @@ The parts, most valuable first, with what each is estimated to take on one H100 
 3. ``one_batch``: part 2's weights decode all of test2016 in one batch (``--batch-size 1000``),
    timed, beside part 2's batches of 128; about 1 minute. Needs part 2.
 4. ``t4_fp16``: the ``multi30k-t4`` preset in float16 with its gradient scaler (``amp="fp16"``, as a
-   T4 runs it), to its end, then test2016; about 6 minutes (294 s in bfloat16 on an H200).
+   T4 runs it), to its end, then test2016; about 6 minutes (294 s in bfloat16 on an H200, beside
+   a run of the ``multi30k`` preset).
 5. ``seed2``, ``seed3``: the ``multi30k`` preset as in part 2 with seeds 1 and 2 (the preset's is
-   0), to see the spread of one BLEU; about 5 minutes each.
+   0), to see the spread of one BLEU; about 5 minutes each. ``seed3``'s result adds the mean and
+   sample standard deviation of the three seeds' sacreBLEU when parts 2 and ``seed2`` are done.
+   (``tools/seeds.py`` trains seeds at once and writes their spread at the end; here each seed is
+   a part of its own, so that one finished is kept when the slice ends.)
 6. ``table3``: a slice of ``tools/table3.py --base multi30k --epochs 10 --jobs 4`` (Table 3's rows,
    three seeds, four runs at once), for whatever time is left (at least 4 minutes); each slice goes on
    with the sweep, and the part is done when the sweep is.
@@ -43,6 +47,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -72,6 +77,7 @@ SMOKE_SENTENCES = 8  # --cpu-smoke: test2016 sentences scored
 
 @dataclass(frozen=True)
 class Part:
+    number: int  # as the module docstring numbers them
     name: str
     needs: str | None
     run: Callable[[Context], dict]
@@ -174,8 +180,16 @@ def part_t4_fp16(ctx: Context) -> dict:
 
 
 def part_seed(seed: int) -> Callable[[Context], dict]:
+    """The ``multi30k`` run of part 2 with another seed; the last one adds the mean and spread of all three."""
+
     def run(ctx: Context) -> dict:
-        return ctx.train_and_score(f"seed{seed + 1}", _multi30k(seed))
+        result = ctx.train_and_score(f"seed{seed + 1}", _multi30k(seed))
+        earlier = [ctx.status.part(name).get("result") for name in ("multi30k", "seed2")]
+        if seed == 2 and all(earlier):
+            bleu = [r["test2016"]["sacrebleu"] for r in (*earlier, result)]
+            result["three_seeds"] = {"sacrebleu": bleu, "mean": statistics.fmean(bleu),
+                                     "sample_stdev": statistics.stdev(bleu)}  # fmt: skip
+        return result
 
     return run
 
@@ -224,13 +238,13 @@ class Unfinished(Exception):
 
 
 PARTS = [
-    Part("gpu_check", None, part_gpu_check),
-    Part("multi30k", None, part_multi30k),
-    Part("one_batch", "multi30k", part_one_batch),
-    Part("t4_fp16", None, part_t4_fp16),
-    Part("seed2", None, part_seed(1)),
-    Part("seed3", None, part_seed(2)),
-    Part("table3", None, part_table3),
+    Part(1, "gpu_check", None, part_gpu_check),
+    Part(2, "multi30k", None, part_multi30k),
+    Part(3, "one_batch", "multi30k", part_one_batch),
+    Part(4, "t4_fp16", None, part_t4_fp16),
+    Part(5, "seed2", None, part_seed(1)),
+    Part(5, "seed3", None, part_seed(2)),
+    Part(6, "table3", None, part_table3),
 ]
 
 
@@ -263,12 +277,12 @@ class Stopped(Exception):
 def _select(parts: str | None) -> list[Part]:
     if parts is None:
         return PARTS
-    names = {str(i): p.name for i, p in enumerate(PARTS, 1)} | {"5": "seed2"}
-    wanted = [names.get(item.strip(), item.strip()) for item in parts.split(",") if item.strip()]
-    unknown = [w for w in wanted if w not in ESTIMATE_MIN]
-    if unknown:
-        raise cli.UsageError(f"--parts: unknown {unknown}; the parts are {', '.join(p.name for p in PARTS)}")
-    return [p for p in PARTS if p.name in wanted]
+    wanted = {item.strip() for item in parts.split(",") if item.strip()}
+    known = {p.name for p in PARTS} | {str(p.number) for p in PARTS}
+    if wanted - known:
+        raise cli.UsageError(f"--parts: unknown {sorted(wanted - known)}; the parts are "
+                             f"{', '.join(f'{p.number} {p.name}' for p in PARTS)}")  # fmt: skip
+    return [p for p in PARTS if p.name in wanted or str(p.number) in wanted]
 
 
 def run_parts(args: argparse.Namespace, log=print) -> dict:
@@ -278,11 +292,11 @@ def run_parts(args: argparse.Namespace, log=print) -> dict:
     parts = _select(args.parts)
     if args.dry_run:
         total = 0.0
-        for i, part in enumerate(parts, 1):
+        for part in parts:
             total += ESTIMATE_MIN[part.name]
             fits = "" if args.budget_minutes is None else (
                 "  fits" if total <= args.budget_minutes else "  beyond the budget")  # fmt: skip
-            log(f"{i}. {part.name:<10} about {ESTIMATE_MIN[part.name]:.0f} min (total {total:.0f}){fits}")
+            log(f"{part.number}. {part.name:<10} about {ESTIMATE_MIN[part.name]:.0f} min (total {total:.0f}){fits}")
         return {}
     if not args.cpu_smoke:
         import torch
