@@ -1,0 +1,115 @@
+"""tools/gpu_run.py: the 15-minute GPU script, run at toy size on the CPU (``--cpu-smoke``).
+
+Every part runs end to end; a SIGTERM in the middle of a part stops the script, and the next run
+skips the parts done and does the interrupted one again. The budget's arithmetic is checked on the
+dry run; what a part measures on a GPU is not checked here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+TOOL = REPO / "tools" / "gpu_run.py"
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("gpu_run_tool", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def run_main(tool, argv: list[str]) -> int:
+    try:
+        return tool.main(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
+def test_dry_run_fits_the_budget(tool, tmp_path, capsys):
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--budget-minutes", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == [p.name for p in tool.PARTS]
+    total = 0.0
+    for line, part in zip(lines, tool.PARTS, strict=True):
+        total += tool.ESTIMATE_MIN[part.name]
+        assert line.endswith("fits" if total <= 10 else "beyond the budget")
+    assert not list(tmp_path.iterdir())  # a dry run writes nothing
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "5,t4_fp16"]) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["t4_fp16", "seed2", "seed3"]
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "7"]) == 2
+    assert "unknown ['7']" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_refuses_without_cuda(tool, tmp_path, capsys):
+    assert run_main(tool, ["--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "--cpu-smoke" in err
+    assert not (tmp_path / "out").exists()
+
+
+def _wait_for(path: Path, part: str, status: str, child: subprocess.Popen, timeout: float = 600) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert child.poll() is None, "gpu_run.py ended before the part began"
+        try:
+            if json.loads(path.read_text())["parts"].get(part, {}).get("status") == status:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"{part} did not become {status} within {timeout} s")
+
+
+def test_cpu_smoke_runs_every_part_and_resumes_after_a_stop(tool, root, cache, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--out", str(out), "--cpu-smoke", "--data", str(root)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen([sys.executable, str(TOOL), *argv], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    status = out / "gpu_run.json"
+    _wait_for(status, "t4_fp16", "started", child)
+    time.sleep(1.0)  # into its command
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    stopped = json.loads(status.read_text())["parts"]
+    assert [stopped[p]["status"] for p in ("gpu_check", "multi30k", "one_batch", "t4_fp16")] == [
+        "done", "done", "done", "started"]  # fmt: skip
+    assert "seed2" not in stopped
+
+    assert run_main(tool, argv) == 0  # goes on
+    parts = json.loads(status.read_text())["parts"]
+    assert all(part["status"] == "done" for part in parts.values()) and list(parts) == [p.name for p in tool.PARTS]
+    for name in ("gpu_check", "multi30k", "one_batch"):  # done before the stop: not run again
+        assert parts[name] == stopped[name]
+    assert parts["t4_fp16"]["started"] >= stopped["t4_fp16"]["started"]
+    assert parts["gpu_check"]["result"]["passed"] is True
+    assert json.loads((out / "gpu_check.json").read_text())["passed"] is True
+    for name in ("multi30k", "t4_fp16", "seed2", "seed3"):
+        result = parts[name]["result"]
+        assert result["steps"] == tool.SMOKE_STEPS and result["test2016"]["sentences"] == tool.SMOKE_SENTENCES
+        assert result["val_ppl"] > 1 and 0 <= result["test2016"]["sacrebleu"] <= 100
+    seeds = [json.loads((out / f"{name}.config.json").read_text())["seed"] for name in ("multi30k", "seed2", "seed3")]
+    assert seeds == [0, 1, 2]
+    three = parts["seed3"]["result"]["three_seeds"]
+    assert three["sacrebleu"] == [parts[n]["result"]["test2016"]["sacrebleu"] for n in ("multi30k", "seed2", "seed3")]
+    assert three["mean"] == pytest.approx(sum(three["sacrebleu"]) / 3)
+    assert parts["one_batch"]["result"]["sentences"] == tool.SMOKE_SENTENCES
+    assert parts["table3"]["result"]["runs"] == parts["table3"]["result"]["planned"] == 2
+    assert (out / "t4_fp16.log").read_text().count("$ ") == 2  # started twice
