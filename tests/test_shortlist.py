@@ -2,6 +2,7 @@
 whole vocabulary's softmax renormalised over the list."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +88,39 @@ def test_the_published_translations_use_pieces_of_their_sentence_s_shortlist(exp
         pieces += len(ids)
         missing += sum(i not in listed for i in ids)
     assert missing / pieces < 1 / 25, f"{missing} of {pieces} pieces off their sentence's list"
+
+
+EVERYDAY = Path(__file__).resolve().parent / "data" / "everyday.de.txt"  # tools/page_fidelity.py's sentences
+FIDELITY = Path(__file__).resolve().parents[1] / "src" / "aiayn" / "results" / "page_fidelity.json"
+
+
+def test_the_everyday_sentences_are_a_hundred_and_none_is_a_training_caption(root):
+    sentences = [line.strip() for line in EVERYDAY.read_text("utf-8").splitlines() if line.strip()]
+    assert len(sentences) == len(set(sentences)) == 100
+    captions = {s.strip() for s, _ in load_multi30k("train", root)}
+    assert not captions & set(sentences), sorted(captions & set(sentences))
+    assert sum(s.endswith("?") for s in sentences) >= 10 and max(len(s.split()) for s in sentences) >= 15
+
+
+def test_the_page_fidelity_record_is_of_these_sentences():
+    """src/aiayn/results/page_fidelity.json (tools/page_fidelity.py), which 11.4, 13.2 and the page's switch
+    quote: PyTorch's sentences for each of them, every share a count of them."""
+    record = json.loads(FIDELITY.read_text())
+    sentences = [line for line in EVERYDAY.read_text("utf-8").splitlines() if line.strip()]
+    n = record["sentences"]
+    assert n == len(sentences)
+    assert all(len(english) == n for english in record["pytorch"].values())
+    for name, same in record["same"].items():
+        beam = name.rsplit("beam", 1)[1]
+        pytorch = record["pytorch"][f"beam{beam}"]
+        assert same == sum(a == b for a, b in zip(record["page"][name], pytorch, strict=True)), name
+    kinds = {f"{d}.{k}.beam{b}" for d in ("int8", "float32") for k in ("every_id", "shortlist") for b in (1, 4)}
+    assert set(record["same"]) == kinds
+
+
+def test_an_everyday_sentence_s_shortlist_can_miss_the_piece_it_needs(exported):
+    """The page's example: "Ich habe Hunger." lists a few hundred English pieces, and not "▁have"."""
+    vocab, record = tr.Vocabulary.load(exported), sl.load(exported)
+    ids = tr.source_ids(vocab, "Ich habe Hunger.", 256)
+    listed = sl.targets(record, ids, vocab.eos_id)
+    assert 300 < len(listed) < 1000 and vocab.ids["\u2581have"] not in listed

@@ -2,13 +2,14 @@
 
 With the model in the built site (``make book`` with ``$AIAYN_MODEL``), the page must give, for a sentence of its
 reader's, the English that ``aiayn.export.translator`` gives in Python for the same int8 files, greedy and with beam
-search, and, sampling with a seed, the sentence ``onnx_translator.sample`` draws; draw that sentence's attention
-and redraw it for another layer and head; refuse bad input with a message that leaves no earlier answer on screen;
-read a sentence as Python does (umlauts composed, whitespace collapsed); offer sentences the model knows and one it
-does not; search off the main thread, so that no task of the page's holds it longer than 250 ms; state one download
-size, the chapter's; publish no path of the machine that built it; and load nothing heavy before the reader asks,
-nor anything twice. Without the model files, it shows chapter 11.2's examples and one line on how to get the live
-version.
+search, scoring every id unless the reader switches the shortlist on (then the shortlist's English), and say what
+the switch trades (its speed, timed as the page loads, against page_fidelity.json's shares); sampling with a seed,
+give the sentence ``onnx_translator.sample`` draws; draw that sentence's attention and redraw it for another layer
+and head; refuse bad input with a message that leaves no earlier answer on screen; read a sentence as Python does
+(umlauts composed, whitespace collapsed); offer sentences the model knows and one it does not; search off the main
+thread, so that no task of the page's holds it longer than 250 ms; state one download size, the chapter's; publish
+no path of the machine that built it; and load nothing heavy before the reader asks, nor anything twice. Without
+the model files, it shows chapter 11.2's examples and one line on how to get the live version.
 
 A site built without the model on a machine that has it fails here: it would publish the examples instead.
 The times the page shows are printed (``pytest -s``), not asserted: they are the reader's machine's.
@@ -72,11 +73,12 @@ def python_twin(model_files: Path):
     return OnnxModel(model_files), vocab, settings, ids, shortlist
 
 
-def _expected(twin, beam: int):
+def _expected(twin, beam: int, listed: bool = False):
+    """Python's ids, English and attention for SENTENCE: every id scored, or (``listed``) the shortlist."""
     from aiayn.export.translator import attention, detokenize, translate_ids
 
     model, vocab, settings, ids, shortlist = twin
-    ys = translate_ids(model, vocab, ids, settings, beam, shortlist)
+    ys = translate_ids(model, vocab, ids, settings, beam, shortlist if listed else None)
     return ys, detokenize(vocab, ys), attention(model, ids, ys)
 
 
@@ -106,10 +108,11 @@ def _weights(cells, rows: int, cols: int) -> np.ndarray:
     return w
 
 
-def _translate(page, beam: bool) -> tuple[str, str, bool]:
-    """Choose greedy or beam search, press Translate, wait; returns the English, the timing line and whether the
-    button was disabled meanwhile."""
+def _translate(page, beam: bool, listed: bool = False) -> tuple[str, str, bool]:
+    """Choose greedy or beam search, and the shortlist or every id, press Translate, wait; returns the English, the
+    timing line and whether the button was disabled meanwhile."""
     page.check("input[name=aiayn-decoding][value=beam]" if beam else "input[name=aiayn-decoding][value=greedy]")
+    page.set_checked("input[name=aiayn-shortlist]", listed)
     page.evaluate(WATCH_BUTTON_JS)
     before = page.inner_text(".aiayn-timing") if page.is_visible(".aiayn-timing") else ""
     page.click(".aiayn-translate")
@@ -173,17 +176,27 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         message = page.inner_text(".aiayn-message")
         assert message.startswith("Ready:") and "downloaded" in message, message
 
+        # the shortlist switch: off until the reader turns it on; its line says what it trades
+        assert not page.is_checked("input[name=aiayn-shortlist]")
+        trade = page.inner_text(".aiayn-trade")
+        assert re.search(r"here: \d+ ms, not \d+ ms", trade), trade
+        assert _fidelity_shares() in trade, (trade, _fidelity_shares())
+        print(f"the switch: {trade}")
+
         page.fill("#aiayn-german", SENTENCE)
         model, vocab, settings, ids, _ = twin
         times = {}
-        for beam in (False, True):
-            k = settings["beam"] if beam else 1
-            ys, english, maps = _expected(twin, k)
-            shown, timing, disabled = _translate(page, beam)
-            assert shown == english, f"K = {k}: the page wrote {shown!r}, Python {english!r}"
-            assert disabled, "the Translate button stayed enabled while the page translated"
-            times[k] = int(re.search(r": ([\d,]+) ms", timing).group(1).replace(",", ""))
-            print(f"{'greedy' if k == 1 else f'beam {k}'}: {timing}")
+        for listed in (True, False):  # the default search (every id) last: its attention is checked below
+            for beam in (False, True):
+                k = settings["beam"] if beam else 1
+                ys, english, maps = _expected(twin, k, listed)
+                shown, timing, disabled = _translate(page, beam, listed)
+                assert shown == english, f"K = {k}, shortlist {listed}: the page wrote {shown!r}, Python {english!r}"
+                assert disabled, "the Translate button stayed enabled while the page translated"
+                assert ("shortlist" in timing) == listed, timing
+                times[k, listed] = int(re.search(r": ([\d,]+) ms", timing).group(1).replace(",", ""))
+                print(f"{'greedy' if k == 1 else f'beam {k}'}: {timing}")
+        page.set_checked("input[name=aiayn-shortlist]", False)
 
         # the attention of the last translation (beam search): the pieces, then another layer, then another head
         ids_pieces = [vocab.pieces[i] for i in ids]
@@ -237,8 +250,10 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
 
         problems = report.console_errors + report.page_errors + report.failed_local + report.external
         assert not problems, problems
-        print(f"load: {load_s:.1f} s from the local server; greedy {times[1]} ms, beam {settings['beam']} "
-              f"{times[settings['beam']]} ms for {len(SENTENCE.split())} words ({len(ids)} pieces)")
+        for listed in (False, True):
+            print(f"load: {load_s:.1f} s from the local server; {'shortlist' if listed else 'every id'}: greedy "
+                  f"{times[1, listed]} ms, beam {settings['beam']} {times[settings['beam'], listed]} ms for "
+                  f"{len(SENTENCE.split())} words ({len(ids)} pieces)")
 
         # a second visit reads the files from Cache Storage
         again, second_report = su.open_page(context, base_url, su.html_path(DOC))
@@ -310,12 +325,23 @@ def vocab_text(twin, ys: list[int]) -> str:
 
 
 def english_of(twin, text: str, beam: int) -> str:
-    """aiayn.export.translator's English for ``text`` over the site's files."""
+    """aiayn.export.translator's English for ``text`` over the site's files, every id scored (the page's default)."""
     from aiayn.export.translator import detokenize, source_ids, translate_ids
 
-    model, vocab, settings, _, shortlist = twin
+    model, vocab, settings, _, _ = twin
     ids = source_ids(vocab, text, settings["max_len"])
-    return detokenize(vocab, translate_ids(model, vocab, ids, settings, beam, shortlist))
+    return detokenize(vocab, translate_ids(model, vocab, ids, settings, beam))
+
+
+def _fidelity_shares() -> str:
+    """The switch's claim, as page_fidelity.json (tools/page_fidelity.py) measured it for the int8 files."""
+    record = json.loads((su.ROOT / "src" / "aiayn" / "results" / "page_fidelity.json").read_text())
+    same, beam = record["same"], record["settings"]["beam"]
+    every, listed = (same[f"int8.{kind}.beam1"] for kind in ("every_id", "shortlist"))
+    every_k, listed_k = (same[f"int8.{kind}.beam{beam}"] for kind in ("every_id", "shortlist"))
+    return (f"on {record['sentences']} everyday sentences the page writes the model's own sentence (PyTorch's) for "
+            f"{every} (greedy) and {every_k} (beam search) scoring every piece, for {listed} and {listed_k} with "
+            "the shortlist")
 
 
 def test_the_page_says_what_the_model_knows(browser, base_url, site):

@@ -3,7 +3,8 @@
 //
 // What runs where: onnxruntime-web (WebAssembly, one thread) runs the three int8 graphs that
 // `python -m aiayn.export` wrote; translator.mjs, the twin of aiayn.export.translator, tokenizes and
-// decodes. Both run in a Web Worker (worker.mjs), so that the page answers the reader while a long
+// decodes, scoring every id at each step unless the reader switches the shortlist on (FIDELITY says
+// what that costs). Both run in a Web Worker (worker.mjs), so that the page answers the reader while a long
 // sentence is searched. Nothing heavy loads until the reader asks: then the runtime and the graphs are
 // downloaded here with a progress bar, checked against the SHA-256 of the build's manifest, kept in the
 // browser's Cache Storage (a second visit starts at once) and handed to the worker. The sentence never
@@ -13,7 +14,7 @@
 //   site.json       what this build holds: the model's manifest (or null), the runtime, the bytes the
 //                   page downloads, the examples
 //   model/          manifest.json, encoder.int8.onnx, cross_kv.int8.onnx, decoder_step.int8.onnx,
-//                   tokenizer.json, translator.json
+//                   tokenizer.json, translator.json, shortlist.json
 //   examples.json   chapter 11.2's three sentences and their attention, in thousandths
 //   worker.mjs      the search, off the main thread
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
@@ -24,13 +25,17 @@ const here = path => new URL(path, import.meta.url);
 const ORT = here('../vendor/onnxruntime-web/ort.wasm.min.mjs');
 const CACHE = 'aiayn-translator';  // Cache Storage: one entry per file and SHA-256
 // what the model knows, for the line under the box: captions it translates well, and everyday German
-// it does not (the published model writes "I have a break from work." for "Ich habe Hunger.")
+// it does not (the published model turns "Ich habe Hunger." into nonsense about a break or work)
 const GOOD = ['Zwei Hunde spielen im Schnee.', 'Ein Mann fährt mit dem Fahrrad eine Straße entlang.',
   'Eine Frau verkauft Obst auf einem Markt.'];
 const POOR = 'Ich habe Hunger.';
 const TERMS = 'The model learned from Multi30k (Elliott et al., 2016), partly derived from Flickr30k, ' +
   'which its authors provide for non-commercial research and educational purposes only; the translator ' +
   'inherits these terms: research and teaching, not commercial use.';
+// how often the page's search writes the model's own sentence (PyTorch's, float32) on 100 everyday
+// sentences, int8, every id or the shortlist: tools/page_fidelity.py's src/aiayn/results/page_fidelity.json
+// (tests/site/test_translator.py holds these equal to it)
+export const FIDELITY = {sentences: 100, every: {greedy: 85, beam: 87}, shortlist: {greedy: 19, beam: 21}};
 const HINT = 'The model is not part of this build of the site, so here are three test sentences that the ' +
   'published model translated; to translate your own, build the site with it (AIAYN_MODEL=… make book) or ' +
   'open this page on the book\'s website.';
@@ -168,7 +173,7 @@ function startWorker() {
 }
 
 /** onnxruntime-web, the graphs, the tokenizer and the settings, downloaded with the progress shown in `ui`
- * and handed to a worker; returns that worker's `ask`. */
+ * and handed to a worker; returns that worker's `ask` and its warm-up's times ({every, shortlist} ms). */
 async function loadTranslator(site, manifest, manifestUrl, ui) {
   const files = {
     runtime: [here(site.runtime.path), site.runtime],
@@ -194,13 +199,13 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
   const loaded = await Promise.all(Object.values(files).map(([url, entry]) => fileOf(url, entry, progress)));
   const bytes = Object.fromEntries(Object.keys(files).map((name, i) => [name, loaded[i].bytes.buffer]));
   ui.say('Starting onnxruntime-web…');
-  await ask('load', {ort: ORT.href, wasmPaths: here('../vendor/onnxruntime-web/').href, ...bytes},
-    Object.values(bytes));
+  const {warmUp} = await ask('load', {ort: ORT.href, wasmPaths: here('../vendor/onnxruntime-web/').href,
+    ...bytes}, Object.values(bytes));
   const seconds = (performance.now() - started) / 1000;
   const from = loaded.every(f => f.cached) ? 'from this browser\'s cache' : 'downloaded';
   ui.say(`Ready: ${megabytes(total)} ${from} and started in ${seconds.toFixed(1)} s. ` +
     'Press Enter in the box (Shift+Enter for a new line) or Translate.');
-  return ask;
+  return {ask, warmUp};
 }
 
 // --- the page's parts --------------------------------------------------------------------------------
@@ -276,6 +281,28 @@ function drawsView() {
   };
 }
 
+/** The shortlist switch, off: every id is scored. Its line says what it trades: the speed of beam search on
+ * this machine (`measured(warmUp)`, once the worker has timed it both ways) against how often the page
+ * then writes the model's own sentence. */
+function shortlistSwitch(beam) {
+  const box = element('input', {type: 'checkbox', name: 'aiayn-shortlist', checked: false});
+  const {sentences, every, shortlist} = FIDELITY;
+  const speed = element('span', {class: 'aiayn-speed'}, 'its speed is timed when the translator loads');
+  const line = element('p', {class: 'aiayn-trade'},
+    element('label', {}, box, ' Score a shortlist'), ': at each step only the few hundred English pieces ' +
+    'that training captions pair with your German ones, not all 8,000 (', speed, '). It costs fidelity: ' +
+    `on ${sentences} everyday sentences the page writes the model's own sentence (PyTorch's) for ` +
+    `${every.greedy} (greedy) and ${every.beam} (beam search) scoring every piece, for ${shortlist.greedy} and ` +
+    `${shortlist.beam} with the shortlist.`);
+  const measured = ({every: all, shortlist: listed}) => {
+    speed.textContent = listed === null ? 'this export has none'
+      : `beam search, K = ${beam}, of a test sentence here: ${Math.round(listed)} ms, ` +
+        `not ${Math.round(all)} ms`;
+    box.disabled = listed === null;
+  };
+  return {line, box, measured};
+}
+
 const describe = ({temperature, topK, topP, seed}) => `sampling (T = ${temperature}, ` +
   `top-k ${topK ?? 'all'}, top-p ${topP ?? 'all'}, seed ${seed})`;
 
@@ -292,12 +319,13 @@ function live(root, site, manifest, manifestUrl) {
   const go = element('button', {type: 'submit', class: 'aiayn-translate', disabled: true}, 'Translate');
   const progress = element('progress', {value: 0, max: total, hidden: true});
   const knobs = samplingControls();
+  const listed = shortlistSwitch(beam);
   const form = element('form', {class: 'aiayn-form', novalidate: ''},  // the worker checks, as Python
     element('label', {for: 'aiayn-german', class: 'aiayn-field'}, 'German'), text, knows(text),
     element('div', {class: 'aiayn-row'},
       element('span', {class: 'aiayn-choice'}, choice('greedy', 'greedy', true),
         choice('beam', `beam search, K = ${beam}`, false), choice('sample', 'sampling', false)),
-      load, go, progress), knobs.box);
+      load, go, progress), listed.line, knobs.box);
   const message = element('p', {class: 'aiayn-message', role: 'status', 'aria-live': 'polite'},
     `Press the button to load the translator: the model (${megabytes(total - site.runtime.bytes)}) and ` +
     `onnxruntime-web (${megabytes(site.runtime.bytes)}) load once, and the browser keeps them.`);
@@ -333,7 +361,9 @@ function live(root, site, manifest, manifestUrl) {
     load.disabled = true;
     progress.hidden = false;
     try {
-      ask = await loadTranslator(site, manifest, manifestUrl, {progress, say});
+      const loaded = await loadTranslator(site, manifest, manifestUrl, {progress, say});
+      ask = loaded.ask;
+      listed.measured(loaded.warmUp);
       load.hidden = true;
       go.disabled = false;
       go.focus();  // the button that was pressed is gone: the next one takes the focus
@@ -349,13 +379,15 @@ function live(root, site, manifest, manifestUrl) {
     if (ask === null || go.disabled) return;
     const k = chosen() === 'beam' ? beam : 1;
     const sampling = chosen() === 'sample' ? knobs.read() : null;
-    const how = sampling ? describe(sampling) : k === 1 ? 'greedy' : `beam search, K = ${k}`;
+    const shortlist = sampling === null && listed.box.checked;  // sampling draws from every id
+    const how = sampling ? describe(sampling)
+      : `${k === 1 ? 'greedy' : `beam search, K = ${k}`}${shortlist ? ', shortlist' : ''}`;
     clear();
     announce.textContent = '';
     go.disabled = true;
     say(`Translating (${how})…`);
     try {  // in the worker
-      const answer = await ask('translate', {sentence: text.value, beam: k, sampling}, [], draws.add);
+      const answer = await ask('translate', {sentence: text.value, beam: k, shortlist, sampling}, [], draws.add);
       if (answer.problem) return say(answer.problem, true);
       english.textContent = answer.english;
       timing.textContent = `${how[0].toUpperCase()}${how.slice(1)}: ` +
@@ -367,8 +399,8 @@ function live(root, site, manifest, manifestUrl) {
       say(sampling === null ? 'Below: where the model looked while it wrote this translation.'
         : 'Below: each draw, with the five most probable pieces of its step, then where the model looked. ' +
           `The same settings and seed give this sentence in Python: onnx_translator.sample on these files, ` +
-          `and decoding.sample(…, seed=${sampling.seed}) with the PyTorch model (chapter 8.4) nearly always ` +
-          '(int8 rounding can move a draw).');
+          `and, nearly always, decoding.sample(…, seed=${sampling.seed}) with the PyTorch model (chapter 8.4): ` +
+          'int8 rounding can move a draw.');
     } catch (err) {
       say(`The translation failed: ${err.message}`, true);
     } finally {

@@ -8,8 +8,12 @@
 //       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred); shortlist
 //       (shortlist.json, or absent: every id is scored) serves greedy and beam search; sampling draws
 //       from every id, as decoding.sample does
-//       -> {id, value: {pieces: V}}
-//   {id, kind: 'translate', sentence, beam, sampling}
+//       -> {id, value: {pieces: V, warmUp: {every, shortlist}}}: the warm-up sentence's beam search
+//          in ms (the fastest of three), scoring every id and the shortlist (null without one), which the
+//          page's switch shows
+//   {id, kind: 'translate', sentence, beam, shortlist, sampling}
+//       shortlist (true, or false, the default: every id): greedy and beam search score only the
+//       sentence's shortlist, faster but less often the model's own sentence (chapter 13.2);
 //       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
 //       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
 //       (the STEP_TOP most probable pieces), before the answer
@@ -70,10 +74,23 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
   translator = {model, vocab: new Vocabulary(text(tokenizer)), settings: text(settings),
     shortlist: shortlist === undefined ? null : text(shortlist)};
   const ids = sourceIds(translator.vocab, WARM_UP, translator.settings.max_len);
-  for (const beam of [1, translator.settings.beam]) {
-    await translateIds(model, translator.vocab, ids, translator.settings, beam, translator.shortlist);
+  const lists = translator.shortlist === null ? [null] : [null, translator.shortlist];
+  for (const list of lists) {  // compiled once, each way
+    for (const beam of [1, translator.settings.beam]) {
+      await translateIds(model, translator.vocab, ids, translator.settings, beam, list);
+    }
   }
-  return {pieces: translator.vocab.pieces.length};
+  const timed = async list => {  // beam search again, once compiled: what the page's switch trades
+    const started = performance.now();
+    await translateIds(model, translator.vocab, ids, translator.settings, translator.settings.beam, list);
+    return performance.now() - started;
+  };
+  let [every, listed] = [Infinity, translator.shortlist === null ? null : Infinity];
+  for (let i = 0; i < 3; i++) {  // the fastest of three, each way in turn: a busy machine slows some
+    every = Math.min(every, await timed(null));
+    if (listed !== null) listed = Math.min(listed, await timed(translator.shortlist));
+  }
+  return {pieces: translator.vocab.pieces.length, warmUp: {every, shortlist: listed}};
 }
 
 /** The STEP_TOP most probable pieces of a draw, [[piece, p], ...], most probable first; none that top-k or
@@ -85,9 +102,10 @@ export function topPieces(vocab, probs, k = STEP_TOP) {
 
 /** Greedy (beam 1), beam search or sampling of one sentence, timed, and the attention of its
  * translation; `post(step)` is told each draw of a sampling. */
-async function translate({sentence, beam, sampling = null}, post = () => {}) {
+async function translate({sentence, beam, shortlist: listed = false, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
-  const {model, vocab, settings, shortlist} = translator;
+  const {model, vocab, settings} = translator;
+  const shortlist = listed ? translator.shortlist : null;  // null: every id
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
   const started = performance.now();
