@@ -6,4 +6,10 @@ additive attention; the presets ``rnn`` and ``rnn-smoke`` train it (``aiayn.runs
 
 from .rnn import RNN, AdditiveAttention, RNNConfig, RNNDecoder, RNNEncoder
 
-__all__ = ["RNN", "RNNConfig", "AdditiveAttention", "RNNEncoder", "RNNDecoder"]
+__all__ = [
+    "RNN",
+    "RNNConfig",
+    "AdditiveAttention",
+    "RNNEncoder",
+    "RNNDecoder",
+]

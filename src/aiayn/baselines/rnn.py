@@ -28,7 +28,13 @@ from ..checks import check_positive, check_token_dtype
 from ..masks import padding_mask
 from ..model import Transformer, TransformerConfig
 
-__all__ = ["RNNConfig", "AdditiveAttention", "RNNEncoder", "RNNDecoder", "RNN"]
+__all__ = [
+    "RNNConfig",
+    "AdditiveAttention",
+    "RNNEncoder",
+    "RNNDecoder",
+    "RNN",
+]
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ class AdditiveAttention(nn.Module):
         scores = self.v(torch.tanh(q + keys)).squeeze(-1)  # (B, S)
         scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.softmax(dim=-1)  # (B, S)
-        context = (weights[:, :, None] * memory).sum(dim=1)  # (B, 2·d_hidden)
+        # (B, 2·d_hidden): the states, weighted by how well each fits s
+        context = (weights[:, :, None] * memory).sum(dim=1)
         return weights, context
 
 
@@ -144,9 +151,11 @@ class RNNDecoder(nn.Module):
         keys = self.attention.U(memory)  # (B, S, d_attn), once
         y = self.dropout(self.embed(tgt))  # (B, T, d_model)
         outputs = []
-        for i in range(tgt.size(1)):  # the sequential chain: s_i needs s_{i-1}
+        # the sequential chain: step i needs the state of step i - 1
+        for i in range(tgt.size(1)):
             _, c = self.attention(s, keys, memory, mask)  # (B, 2·d_hidden)
-            s = self.cell(torch.cat([y[:, i], c], dim=-1), s)  # (B, d_hidden)
+            x = torch.cat([y[:, i], c], dim=-1)  # (B, d_model + 2·d_hidden)
+            s = self.cell(x, s)  # (B, d_hidden)
             out = self.readout(torch.cat([s, c, y[:, i]], dim=-1))
             outputs.append(out)  # (B, d_model)
         return self.dropout(torch.stack(outputs, dim=1))  # (B, T, d_model)
@@ -240,7 +249,7 @@ class RNN(nn.Module):
                 f"got {tuple(memory.shape)}"
             )
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> torch.Tensor:
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         """Encode ``src``, decode ``tgt`` and project: logits ``(B, T, V)``."""
         if src_mask is None:
             Transformer._check_tokens(src, "src")
