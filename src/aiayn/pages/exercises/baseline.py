@@ -29,9 +29,7 @@ def _rnn_sizes() -> dict[str, Truth]:
         src = torch.randint(3, 50, (B, S))
         tgt = torch.randint(3, 50, (B, T))
     calls = []  # one entry per call of the decoder's GRU cell
-    hook = rnn.decoder.cell.register_forward_hook(
-        lambda *_: calls.append(1)
-    )
+    hook = rnn.decoder.cell.register_forward_hook(lambda *_: calls.append(1))
     try:
         with torch.no_grad():
             memory = rnn.encode(src)
@@ -44,7 +42,7 @@ def _rnn_sizes() -> dict[str, Truth]:
             "one state per source token, and each state joins the "
             "forward and the backward GRU's",
         ),
-        "attention_parameters": Truth(
+        "parameters": Truth(
             count_parameters(rnn.decoder.attention),
             "W maps the decoder state, U a source state (with a bias), "
             "v the tanh's output to one score",
