@@ -8,6 +8,7 @@ The layers, from the ground up; a module imports only from its own layer and the
 
     base       checks files cli
     paper      embeddings masks attention layers model schedule loss bleu calibration compare
+    baselines/ the recurrent translator the paper replaced (RNNsearch), in the model's interface
     engine/    the fast twins of the paper's modules and the one switch, set_fast
     data/      Multi30k, the tokenizer, downloads
     decoding/  the searches, their fast twins, seeded draws, translate

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..checks import check_int, check_token_dtype
 from ..engine.fast_attention import packed_weights_kept
-from ..engine.kv_cache import DecoderCache, decode_cached
+from ..engine.kv_cache import DecoderCache, decode_cached, new_cache
 from ..engine.onednn import onednn_available, onednn_linear
 from ..masks import decoder_mask, padding_mask
 
@@ -138,6 +138,17 @@ def _check_common(
             f"eos_id must differ from bos_id, got both {bos_id}"
         )
     return pad_id, max_len, limits
+
+
+def _new_cache(model: nn.Module, use_cache: bool) -> DecoderCache | None:
+    """A ``DecoderCache`` when ``use_cache`` and the model keeps keys and values, else ``None``.
+
+    A model whose class says ``caches_keys_values = False`` (the recurrent baseline,
+    ``aiayn.baselines.rnn``) has no keys and values to keep: its steps rerun the whole prefix.
+    """
+    if not use_cache or not getattr(model, "caches_keys_values", True):
+        return None
+    return new_cache(model)
 
 
 def _next_logits(

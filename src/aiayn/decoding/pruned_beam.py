@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..engine.kv_cache import DecoderCache, new_cache
+from ..engine.kv_cache import DecoderCache
 from .common import (
     BeamSearchOutput,
     MaxLen,
@@ -29,6 +29,7 @@ from .common import (
     _eval_mode,
     _Finished,
     _keep_rows,
+    _new_cache,
     _next_logits,
     _start,
     check_beam,
@@ -149,7 +150,7 @@ def pruned_beam_search(
         # one memory and mask per sentence: its beams share them
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
         ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
-        cache = new_cache(model) if use_cache else None
+        cache = _new_cache(model, use_cache)
 
         # Per beam, (B, K): log P, generated tokens, finished or not. Every
         # beam starts as the same "<bos>"; only the first may expand, or the

@@ -46,7 +46,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import check_int, check_token_dtype
-from ..engine.kv_cache import new_cache
 from ..engine.onednn import onednn_available, onednn_linear
 from ..masks import padding_mask
 from .common import (
@@ -58,6 +57,7 @@ from .common import (
     _Finished,
     _is_number,
     _keep_rows,
+    _new_cache,
     _next_logits,
     _products,
     _start,
@@ -106,7 +106,7 @@ def _generate(
     )
     with _eval_mode(model, onednn):
         memory, src_mask, ys = _start(model, src, src_mask, bos_id)
-        cache = new_cache(model) if use_cache else None
+        cache = _new_cache(model, use_cache)
         B = src.size(0)
         # (B,), True once a sentence has ended or reached its limit
         finished = torch.zeros(B, dtype=torch.bool, device=src.device)
@@ -359,7 +359,7 @@ def beam_search(
         memory = memory.repeat_interleave(K, dim=0)  # (B·K, S, d_model)
         src_mask = src_mask.repeat_interleave(K, dim=0)  # (B·K, 1, 1, S)
         ys = ys.repeat_interleave(K, dim=0)  # (B·K, 1)
-        cache = new_cache(model) if use_cache else None
+        cache = _new_cache(model, use_cache)
         # (B, K) each: log P, generated tokens, finished or not
         log_p, lengths, finished = _first_beams(B, K, limits, device)
         if trace is not None:

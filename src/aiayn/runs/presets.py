@@ -44,6 +44,12 @@ overfit, and drawing dropout masks is a sixth of a CPU step at this size), 3 epo
 loss must visibly fall. It validates on 200 pairs and tests on the first 100 sentences with beam 2 and
 short outputs, on one CPU thread: on two shared cores a step took 50-85 ms with one thread and
 35-1500 ms with two, which wait on each other at every small operation when the cores are busy.
+
+``rnn`` and ``rnn-smoke`` train the recurrent translator the paper replaced (``aiayn.baselines.rnn``,
+Bahdanau et al.'s RNNsearch: a bidirectional GRU encoder, a GRU decoder with additive attention) as
+``multi30k`` and ``multi30k-smoke`` train the Transformer: the same data, tokenizer, batches,
+schedule, label smoothing, averaging and beam. ``rnn`` has d_model 512, d_hidden = d_attn = 920,
+within 1 % of the ``multi30k`` model's parameters. Not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ..baselines.rnn import RNN, RNNConfig
 from ..cli import MAX_LENGTH_PENALTY
 from ..data.multi30k import PAD, Tokenizer
 from ..model import Transformer, TransformerConfig
@@ -418,19 +425,20 @@ class TrainConfig:
             raise ValueError(
                 f"unknown TrainConfig fields {unknown}; known fields are {sorted(known)}"
             )
-        model_fields = {f.name for f in fields(TransformerConfig)}
+        # the recurrent baseline's model says so by its "kind"
+        is_rnn = values["model"].get("kind") == "rnn"
+        kind = RNNConfig if is_rnn else TransformerConfig
+        model_fields = {f.name for f in fields(kind)}
         model_unknown = sorted(set(values["model"]) - model_fields)
         if model_unknown:
             raise ValueError(
-                f"unknown TransformerConfig fields {model_unknown}; known are {sorted(model_fields)}"
+                f"unknown {kind.__name__} fields {model_unknown}; known are {sorted(model_fields)}"
             )
-        return cls(
-            **{**values, "model": TransformerConfig(**values["model"])}
-        )
+        return cls(**{**values, "model": kind(**values["model"])})
 
     def with_changes(self, **changes: Any) -> TrainConfig:
         """A copy with fields replaced; model fields (``d_model=32``) go into ``model``."""
-        model_fields = {f.name for f in fields(TransformerConfig)}
+        model_fields = {f.name for f in fields(self.model)}
         model = {
             k: changes.pop(k) for k in list(changes) if k in model_fields
         }
@@ -529,11 +537,35 @@ _T4 = TrainConfig(
     length_penalty=0.6,
 )  # fmt: skip
 
+# The recurrent baseline (aiayn.baselines.rnn), trained as _MULTI30K is: the same data, batches,
+# schedule, label smoothing, dropout, averaging and beam. d_hidden = d_attn = 920 gives it the
+# multi30k model's parameter count within 1 % (tests/test_rnn_baseline.py prints both).
+_RNN = replace(
+    _MULTI30K,
+    name="rnn",
+    model=RNNConfig(
+        8000, 8000, d_model=512, d_hidden=920, d_attn=920, dropout=0.3,
+        max_len=256, share_embeddings=True, tie_output=True, pad_id=PAD,
+    ),
+)  # fmt: skip
+
+# The recurrent baseline through the whole pipeline on a CPU, as _SMOKE is for the Transformer.
+_RNN_SMOKE = replace(
+    _SMOKE,
+    name="rnn-smoke",
+    model=RNNConfig(
+        1000, 1000, d_model=64, d_hidden=64, d_attn=64, dropout=0.0,
+        max_len=128, share_embeddings=True, tie_output=True, pad_id=PAD,
+    ),
+)  # fmt: skip
+
 PRESETS: dict[str, TrainConfig] = {
     "multi30k": _MULTI30K,
     "multi30k-t4": _T4,
     "multi30k-smoke": _SMOKE,
     "laptop": _LAPTOP,
+    "rnn": _RNN,
+    "rnn-smoke": _RNN_SMOKE,
 }
 
 
@@ -546,9 +578,13 @@ def get_preset(name: str, **overrides: Any) -> TrainConfig:
     return PRESETS[name].with_changes(**overrides)
 
 
-def build_model(cfg: TrainConfig, tokenizer: Tokenizer | int) -> Transformer:
-    """The ``Transformer`` of ``cfg`` over the tokenizer's vocabulary (or a vocabulary of that many ids)."""
+def build_model(
+    cfg: TrainConfig, tokenizer: Tokenizer | int
+) -> Transformer | RNN:
+    """The model of ``cfg`` over the tokenizer's vocabulary (or a vocabulary of that many ids).
+
+    A ``Transformer``, or the recurrent baseline ``RNN`` when ``cfg.model`` is an ``RNNConfig``.
+    """
     V = tokenizer if isinstance(tokenizer, int) else tokenizer.vocab_size
-    return Transformer(
-        replace(cfg.model, src_vocab_size=V, tgt_vocab_size=V)
-    )
+    model = replace(cfg.model, src_vocab_size=V, tgt_vocab_size=V)
+    return RNN(model) if isinstance(model, RNNConfig) else Transformer(model)

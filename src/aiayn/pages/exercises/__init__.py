@@ -21,7 +21,15 @@ from typing import Any
 
 import torch
 
-from . import browser, engine, foundations, learning, model, translator
+from . import (
+    baseline,
+    browser,
+    engine,
+    foundations,
+    learning,
+    model,
+    translator,
+)
 from .truth import Truth
 
 __all__ = ["Truth", "EXERCISES", "check", "verdicts"]
@@ -30,7 +38,15 @@ __all__ = ["Truth", "EXERCISES", "check", "verdicts"]
 def _gather() -> dict[str, Callable[[], dict[str, Truth]]]:
     """Every part's ``TRUTHS`` in one table; an id two parts define is refused by name."""
     gathered: dict[str, Callable[[], dict[str, Truth]]] = {}
-    for part in (foundations, model, learning, translator, engine, browser):
+    for part in (
+        foundations,
+        baseline,
+        model,
+        learning,
+        translator,
+        browser,
+        engine,
+    ):
         twice = gathered.keys() & part.TRUTHS.keys()
         if twice:
             raise ValueError(f"exercises {sorted(twice)} are defined twice")
