@@ -47,7 +47,7 @@ def number_questions():
 
 def test_one_quiz_on_the_last_page_of_every_chapter():
     data, last = quizzes(), last_pages()
-    assert sorted(last) == list(CHAPTERS), f"_toc.yml lists chapters {sorted(last)}"
+    assert set(CHAPTERS) <= set(last), f"_toc.yml lists chapters {sorted(last)}"  # the engine's part (13) has none
     assert set(data) == {last[n] for n in CHAPTERS}, (
         f"quizzes.json names {sorted(data)}; the last pages of chapters 1-12 are {[last[n] for n in CHAPTERS]}"
     )
