@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import itertools
 import math
 import os
 import random
@@ -15,6 +16,8 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from aiayn.bleu import (
     BLEUResult,
+    _brevity_penalty,
+    _score,
     bootstrap_bleu,
     corpus_bleu,
     paired_bootstrap,
@@ -183,6 +186,26 @@ def test_smoothing_methods_equal_sacrebleu(smooth):
     for hyp, ref in zip(hyps[:20], references[:20], strict=True):
         theirs = sacrebleu.sentence_bleu(hyp, [ref], smooth_method=smooth)
         assert_same(sentence_bleu(hyp, ref, smooth=smooth), theirs, check_counts=smooth != "add-k")
+
+
+# (counts, totals): every order matched, an order without a match, orders without n-grams, no match at all
+STATS = [([9, 7, 5, 3], [9, 8, 7, 6]), ([5, 2, 0, 1], [6, 5, 4, 3]), ([5, 0, 0, 0], [6, 5, 4, 3]),
+         ([3, 1, 0, 0], [3, 2, 1, 0]), ([2, 0, 0, 0], [2, 0, 0, 0]), ([0, 0, 0, 0], [4, 3, 2, 1])]  # fmt: skip
+
+
+@pytest.mark.parametrize("smooth", ["exp", "floor", "add-k", "none"])
+def test_score_from_its_pieces_equals_sacrebleus_compute_bleu(smooth):
+    """_brevity_penalty, _smoothed_precisions and _geometric_mean together are sacreBLEU's ``compute_bleu``:
+    no hypothesis (c = 0), equal lengths, longer and shorter hypotheses, with and without effective order."""
+    lengths = [(0, 5), (7, 7), (9, 7), (6, 9), (1, 12)]
+    for (counts, totals), (c, r), effective in itertools.product(STATS, lengths, (False, True)):
+        for value in (None, 0.5) if smooth in ("floor", "add-k") else (None,):
+            ours = _score(counts, totals, c, r, 4, smooth, value, effective)
+            theirs = sacrebleu.metrics.BLEU.compute_bleu(counts, totals, c, r, smooth, value, effective)
+            what = (counts, totals, c, r, value, effective)
+            assert (ours.score, ours.brevity_penalty) == (theirs.score, theirs.bp), what
+            assert list(ours.precisions) == list(theirs.precisions), what
+    assert _brevity_penalty(0, 5) == 0 and _brevity_penalty(7, 7) == _brevity_penalty(9, 7) == 1
 
 
 def test_sentence_bleu_equals_sacrebleu():

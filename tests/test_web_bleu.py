@@ -2,7 +2,8 @@
 
 Python writes, for each case (odd text, the traps chapter 9 names, and 120 of the published model's own
 translations scored against each other), what ``tokenize_13a``, ``_ngrams``, ``_closest_ref_len``,
-``_sentence_stats``, ``_score`` and ``sentence_bleu`` give. The cases are committed, tests/js/bleu.cases.json
+``_sentence_stats``, the pieces of ``_score`` (``_brevity_penalty``, ``_smoothed_precisions``, ``_geometric_mean``),
+``_score`` and ``sentence_bleu`` give. The cases are committed, tests/js/bleu.cases.json
 (``python tests/test_web_bleu.py`` writes them again), and tests/js/bleu.test.mjs holds each JavaScript
 function to them.
 """
@@ -17,10 +18,14 @@ from pathlib import Path
 import pytest
 
 from aiayn.bleu import (
+    SMOOTHING_METHODS,
+    _brevity_penalty,
     _closest_ref_len,
+    _geometric_mean,
     _ngrams,
     _score,
     _sentence_stats,
+    _smoothed_precisions,
     sentence_bleu,
     tokenize_13a,
 )
@@ -119,11 +124,52 @@ def bleu_cases() -> dict:
                 scores.append({"args": args, "score": s.score, "precisions": list(s.precisions),
                                "brevity_penalty": s.brevity_penalty})
     return {
+        **_pieces(),
         "what": "aiayn.bleu on odd text and the model's own translations (tests/test_web_bleu.py writes this file)",
         "whitespace": [c for c in range(0x110000) if chr(c).isspace()],
         "cases": cases,
         "scores": scores,
     }
+
+
+# (counts, totals): a match in every order, orders without a match, orders without n-grams, nothing at all
+PIECE_STATS = [([9, 7, 5, 3], [9, 8, 7, 6]), ([5, 2, 0, 1], [6, 5, 4, 3]), ([5, 0, 0, 0], [6, 5, 4, 3]),
+               ([3, 1, 0, 0], [3, 2, 1, 0]), ([2, 0, 0, 0], [2, 0, 0, 0]), ([0, 0, 0, 0], [0, 0, 0, 0]),
+               ([4, 2], [5, 3]), ([6, 4, 0, 2, 0, 1], [7, 6, 5, 4, 3, 2])]  # fmt: skip
+
+
+def _pieces() -> dict:
+    """``_score``'s pieces alone: BP at its edges, every smoothing with its default and other values."""
+    lengths = [(0, 0), (0, 5), (5, 5), (6, 5), (1, 9), (2, 7), (9, 2), (13, 14)]
+    penalties = [{"args": [c, r], "bp": _brevity_penalty(c, r)} for c, r in lengths]
+    precisions = []
+    for counts, totals in PIECE_STATS:
+        for smooth in SMOOTHING_METHODS:
+            for value in (None, 0.0, 0.5, 2.0) if SMOOTHING_METHODS[smooth] is not None else (None,):
+                got, found = _smoothed_precisions(counts, totals, smooth, value)
+                precisions.append({"args": [counts, totals, smooth, value], "precisions": got, "found": found})
+    means = [[], [100.0], [0.0, 50.0], [90.0, 50.0, 0.1], [100.0, 87.5, 71.4, 50.0], [33.3, 12.5, 6.25, 3.125]]
+    return {
+        "brevity_penalties": penalties,
+        "smoothed_precisions": precisions,
+        "geometric_means": [{"args": [m], "mean": _geometric_mean(m)} for m in means],
+    }
+
+
+def test_the_pieces_cover_the_edges():
+    """BP with no hypothesis, equal and longer lengths; each smoothing gives an order without a match a value."""
+    pieces = _pieces()
+    bp = {tuple(p["args"]): p["bp"] for p in pieces["brevity_penalties"]}
+    assert bp[0, 5] == 0 and bp[5, 5] == bp[6, 5] == bp[0, 0] == 1 and 0 < bp[2, 7] < bp[13, 14] < 1
+    for smooth in SMOOTHING_METHODS:
+        cases = [p for p in pieces["smoothed_precisions"] if p["args"][2] == smooth and p["args"][0] == [5, 2, 0, 1]]
+        assert cases, smooth
+        # an order without a match: 0 unless smoothed
+        assert all((p["precisions"][2] > 0) == (smooth != "none") for p in cases if p["args"][3] != 0.0)
+    found = [p["found"] for p in pieces["smoothed_precisions"] if p["args"][2] == "exp"]
+    assert set(found) == {0, 1, 2, 3, 4, 6}
+    empty, one, with_zero = (m["mean"] for m in pieces["geometric_means"][:3])
+    assert empty == with_zero == 0 and one == pytest.approx(100)
 
 
 def test_the_committed_bleu_cases_are_python_s():

@@ -171,6 +171,50 @@ def _sentence_stats(
     return len(hyp_tokens), r, counts, totals
 
 
+def _brevity_penalty(hyp_len: int, ref_len: int) -> float:
+    """BP = exp(1 − r / c) when the hypotheses are shorter than the references (c < r), else 1."""
+    if hyp_len >= ref_len:
+        return 1.0
+    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+
+
+def _smoothed_precisions(
+    counts: Sequence[int],
+    totals: Sequence[int],
+    smooth: str,
+    smooth_value: float | None,
+) -> tuple[list[float], int]:
+    """Each order's precision in percent, smoothed where it has no match; and how many orders have n-grams."""
+    k = SMOOTHING_METHODS[smooth] if smooth_value is None else smooth_value
+    precisions = [0.0] * len(counts)
+    # "exp" smoothing: the i-th order without matches gets precision
+    # 1 / (2^i · total)
+    exp_denominator = 1.0
+    for n in range(1, len(counts) + 1):
+        correct, total = counts[n - 1], totals[n - 1]
+        # add k to matches and totals of orders 2..max_order
+        if smooth == "add-k" and n > 1:
+            correct, total = correct + k, total + k
+        # the hypotheses are too short for n-grams of this order (or higher)
+        if total == 0:
+            return precisions, n - 1
+        if correct > 0:
+            precisions[n - 1] = 100.0 * correct / total
+        elif smooth == "exp":
+            exp_denominator *= 2
+            precisions[n - 1] = 100.0 / (exp_denominator * total)
+        elif smooth == "floor":
+            precisions[n - 1] = 100.0 * k / total
+    return precisions, len(counts)
+
+
+def _geometric_mean(precisions: Sequence[float]) -> float:
+    """exp of the mean log precision; 0 when a precision is 0 (log 0) or there is none."""
+    if not precisions or any(p == 0.0 for p in precisions):
+        return 0.0
+    return math.exp(sum(math.log(p) for p in precisions) / len(precisions))
+
+
 def _score(
     counts: Sequence[int],
     totals: Sequence[int],
@@ -182,51 +226,19 @@ def _score(
     effective_order: bool,
 ) -> BLEUResult:
     """Combine corpus statistics into a score, following sacreBLEU's ``BLEU.compute_bleu``."""
-    if hyp_len < ref_len:
-        bp = math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
-    else:
-        bp = 1.0
-    precisions = [0.0] * max_order
-    counts, totals = tuple(counts), tuple(totals)  # as BLEUResult keeps them
-
-    def result(score: float) -> BLEUResult:
-        return BLEUResult(
-            score, tuple(precisions), bp, hyp_len, ref_len, counts, totals
-        )
-
+    bp = _brevity_penalty(hyp_len, ref_len)
+    precisions, found = [0.0] * max_order, max_order
     # not a single matching word: 0, whatever the smoothing
-    if not any(counts):
-        return result(0.0)
-
-    k = SMOOTHING_METHODS[smooth] if smooth_value is None else smooth_value
-    # "exp" smoothing: the i-th order without matches gets precision
-    # 1 / (2^i · total)
-    exp_denominator = 1.0
-    orders_used = max_order
-    for n in range(1, max_order + 1):
-        correct, total = counts[n - 1], totals[n - 1]
-        # add k to matches and totals of orders 2..max_order
-        if smooth == "add-k" and n > 1:
-            correct, total = correct + k, total + k
-        # the hypotheses are too short for n-grams of this order (or higher)
-        if total == 0:
-            break
-        # sentence-level BLEU: average only over the orders that exist
-        if effective_order:
-            orders_used = n
-        if correct > 0:
-            precisions[n - 1] = 100.0 * correct / total
-        elif smooth == "exp":
-            exp_denominator *= 2
-            precisions[n - 1] = 100.0 / (exp_denominator * total)
-        elif smooth == "floor":
-            precisions[n - 1] = 100.0 * k / total
-
-    used = precisions[:orders_used]
-    if any(p == 0.0 for p in used):  # log 0: the geometric mean is 0
-        return result(0.0)
-    log_mean = sum(math.log(p) for p in used) / orders_used
-    return result(bp * math.exp(log_mean))
+    if any(counts):
+        options = (smooth, smooth_value)
+        precisions, found = _smoothed_precisions(counts, totals, *options)
+    # sentence-level BLEU: average only over the orders that have n-grams
+    used = precisions[:found] if effective_order else precisions
+    score = bp * _geometric_mean(used)
+    counts, totals = tuple(counts), tuple(totals)  # as BLEUResult keeps them
+    return BLEUResult(
+        score, tuple(precisions), bp, hyp_len, ref_len, counts, totals
+    )
 
 
 # --- Public functions -----------------------------------------------------------------------------

@@ -4,10 +4,12 @@
 import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {test} from 'node:test';
-import {closestRefLen, ngrams, score, sentenceBleu, sentenceStats,
+import {brevityPenalty, closestRefLen, geometricMean, ngrams, score,
+  sentenceBleu, sentenceStats, smoothedPrecisions,
   tokenize13a} from '../../src/aiayn/web/bleu.mjs';
 
-const {cases, scores, whitespace} = JSON.parse(readFileSync(
+const {cases, scores, whitespace, brevity_penalties: penalties,
+  smoothed_precisions: smoothed, geometric_means: means} = JSON.parse(readFileSync(
     new URL('./bleu.cases.json', import.meta.url), 'utf-8'));
 
 // Math.exp and Math.log may differ from C's libm in the last bit
@@ -53,6 +55,33 @@ test('ngrams, closestRefLen and sentenceStats are _ngrams, _closest_ref_len and 
     const lens = refs.map((r) => r.split(' ').filter(Boolean).length);
     assert.equal(closestRefLen(c.stats.c, lens), c.closest_ref_len);
     assert.deepEqual(sentenceStats(hyp, refs, order), c.stats, c.hypothesis);
+  }
+});
+
+test('brevityPenalty is _brevity_penalty: no hypothesis, equal, longer, shorter', () => {
+  assert.ok(penalties.some((p) => p.args[0] === 0 && p.args[1] > 0));
+  assert.ok(penalties.some((p) => p.args[0] === p.args[1]));
+  for (const p of penalties) {
+    const got = brevityPenalty(...p.args);
+    assert.ok(close(got, p.bp), `${JSON.stringify(p.args)}: ${got} != ${p.bp}`);
+  }
+});
+
+test('smoothedPrecisions is _smoothed_precisions, for every smoothing and value', () => {
+  const methods = new Set(smoothed.map((p) => p.args[2]));
+  assert.deepEqual([...methods].sort(), ['add-k', 'exp', 'floor', 'none']);
+  for (const p of smoothed) {
+    const [got, found] = smoothedPrecisions(...p.args);
+    const what = JSON.stringify(p.args);
+    sameFloats(got, p.precisions, what);
+    assert.equal(found, p.found, what);
+  }
+});
+
+test('geometricMean is _geometric_mean, with a zero and with none', () => {
+  for (const m of means) {
+    const got = geometricMean(...m.args);
+    assert.ok(close(got, m.mean), `${JSON.stringify(m.args)}: ${got} != ${m.mean}`);
   }
 });
 

@@ -1,8 +1,10 @@
 // Sentence BLEU as aiayn/bleu.py computes it, function by function
 // (tokenize_13a -> tokenize13a, _ngrams -> ngrams, _sentence_stats ->
-// sentenceStats, _score -> score, sentence_bleu -> sentenceBleu), in the same
-// order, with the same arguments. No DOM: bleu_page.mjs draws, and the Node
-// tests (tests/js/bleu.test.mjs) hold each function to the Python's output.
+// sentenceStats, _brevity_penalty -> brevityPenalty, _smoothed_precisions ->
+// smoothedPrecisions, _geometric_mean -> geometricMean, _score -> score,
+// sentence_bleu -> sentenceBleu), in the same order, with the same
+// arguments. No DOM: bleu_page.mjs draws, and the Node tests
+// (tests/js/bleu.test.mjs) hold each function to the Python's output.
 // n n-gram order (1..maxOrder), c hypothesis length, r reference length.
 
 // what Python's str.isspace calls whitespace (str.split() and rstrip() split
@@ -103,34 +105,29 @@ export function sentenceStats(hyp, refs, maxOrder) {
   return {c: hypTokens.length, r, counts, totals};
 }
 
-/** aiayn.bleu._score: statistics -> {score, precisions, brevityPenalty,
- *  hypLen, refLen, counts, totals} (BLEUResult's fields; score and
- *  precisions in percent). */
-export function score(counts, totals, hypLen, refLen, maxOrder, smooth,
-    smoothValue, effectiveOrder) {
-  let bp = 1.0;
-  if (hypLen < refLen) bp = hypLen > 0 ? Math.exp(1 - refLen / hypLen) : 0.0;
-  const precisions = new Array(maxOrder).fill(0.0);
-  const result = (value) => ({score: value, precisions, brevityPenalty: bp,
-    hypLen, refLen, counts: [...counts], totals: [...totals]});
+/** aiayn.bleu._brevity_penalty: BP = exp(1 - r / c) when the hypotheses
+ *  are shorter than the references (c < r), else 1. */
+export function brevityPenalty(hypLen, refLen) {
+  if (hypLen >= refLen) return 1.0;
+  return hypLen > 0 ? Math.exp(1 - refLen / hypLen) : 0.0;
+}
 
-  // not a single matching word: 0, whatever the smoothing
-  if (!counts.some((m) => m > 0)) return result(0.0);
-
+/** aiayn.bleu._smoothed_precisions: each order's precision in percent,
+ *  smoothed where it has no match -> [precisions, how many orders have
+ *  n-grams]. */
+export function smoothedPrecisions(counts, totals, smooth, smoothValue) {
   const k = smoothValue ?? SMOOTHING_METHODS[smooth];
+  const precisions = new Array(counts.length).fill(0.0);
   // "exp" smoothing: the i-th order without matches gets 1 / (2^i · total)
   let expDenominator = 1.0;
-  let ordersUsed = maxOrder;
-  for (let n = 1; n <= maxOrder; n++) {
+  for (let n = 1; n <= counts.length; n++) {
     let [correct, total] = [counts[n - 1], totals[n - 1]];
     // add k to matches and totals of orders 2..maxOrder
     if (smooth === 'add-k' && n > 1) {
       [correct, total] = [correct + k, total + k];
     }
     // the hypotheses are too short for n-grams of this order (or higher)
-    if (total === 0) break;
-    // sentence-level BLEU: average only over the orders that exist
-    if (effectiveOrder) ordersUsed = n;
+    if (total === 0) return [precisions, n - 1];
     if (correct > 0) {
       precisions[n - 1] = 100.0 * correct / total;
     } else if (smooth === 'exp') {
@@ -140,12 +137,36 @@ export function score(counts, totals, hypLen, refLen, maxOrder, smooth,
       precisions[n - 1] = 100.0 * k / total;
     }
   }
+  return [precisions, counts.length];
+}
 
-  const used = precisions.slice(0, ordersUsed);
-  if (used.some((p) => p === 0.0)) return result(0.0); // log 0: mean is 0
+/** aiayn.bleu._geometric_mean: exp of the mean log precision; 0 when a
+ *  precision is 0 (log 0) or there is none. */
+export function geometricMean(precisions) {
+  if (precisions.length === 0 || precisions.some((p) => p === 0.0)) {
+    return 0.0;
+  }
   let logSum = 0;
-  for (const p of used) logSum += Math.log(p);
-  return result(bp * Math.exp(logSum / ordersUsed));
+  for (const p of precisions) logSum += Math.log(p);
+  return Math.exp(logSum / precisions.length);
+}
+
+/** aiayn.bleu._score: statistics -> {score, precisions, brevityPenalty,
+ *  hypLen, refLen, counts, totals} (BLEUResult's fields; score and
+ *  precisions in percent). */
+export function score(counts, totals, hypLen, refLen, maxOrder, smooth,
+    smoothValue, effectiveOrder) {
+  const bp = brevityPenalty(hypLen, refLen);
+  let [precisions, found] = [new Array(maxOrder).fill(0.0), maxOrder];
+  // not a single matching word: 0, whatever the smoothing
+  if (counts.some((m) => m > 0)) {
+    [precisions, found] = smoothedPrecisions(counts, totals, smooth,
+        smoothValue);
+  }
+  // sentence-level BLEU: average only over the orders that have n-grams
+  const used = effectiveOrder ? precisions.slice(0, found) : precisions;
+  return {score: bp * geometricMean(used), precisions, brevityPenalty: bp,
+    hypLen, refLen, counts: [...counts], totals: [...totals]};
 }
 
 /** aiayn.bleu._prepare: lowercased if asked, trailing whitespace dropped,
