@@ -38,9 +38,10 @@ def beam_tree_frames(trace: dict) -> tuple[list[dict], list[dict]]:
     if not isinstance(tree, dict) or not {"nodes", "steps", "winner"} <= set(
         tree
     ):
+        got = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
         raise ValueError(
-            "trace: expected a BeamTrace tree (nodes, steps, winner) or a record holding one "
-            f"under 'tree', got keys {sorted(tree) if isinstance(tree, dict) else type(tree).__name__}"
+            "trace: expected a BeamTrace tree (nodes, steps, winner) or a record "
+            f"holding one under 'tree', got keys {got}"
         )
     nodes = tree["nodes"]
     on_path, node = set(), tree["winner"]
