@@ -257,8 +257,8 @@ function samplingControls() {
   const [s, seed] = field('seed', {name: 'seed', min: 0, step: 1, value: 1});
   const box = element('div', {class: 'aiayn-row aiayn-sampling', hidden: true}, t, k, p, s);
   const number = (input, empty) => (input.value.trim() === '' ? empty : Number(input.value));
-  const read = () => ({temperature: number(temperature, NaN), topK: number(topK, null),
-    topP: number(topP, null), seed: number(seed, NaN)});
+  const read = () => ({temperature: number(temperature, null), topK: number(topK, null),
+    topP: number(topP, null), seed: number(seed, null)});  // null: an empty field
   return {box, read};
 }
 
@@ -395,7 +395,9 @@ function live(root, site, manifest, manifestUrl) {
         `${answer.ids.length} German and ${answer.ys.length - 1} English pieces.`;
       english.hidden = timing.hidden = false;
       announce.textContent = `${answer.english} (${Math.round(answer.ms).toLocaleString('en')} ms)`;
-      view.show(answer.tokens, answer.maps);
+      say('Drawing where the model looked…');  // the English is shown: the map follows
+      const {tokens, maps} = await ask('attention', {ids: answer.ids, ys: answer.ys});
+      view.show(tokens, maps);
       say(sampling === null ? 'Below: where the model looked while it wrote this translation.'
         : 'Below: each draw, with the five most probable pieces of its step, then where the model looked. ' +
           `The same settings and seed give this sentence in Python: onnx_translator.sample on these files, ` +

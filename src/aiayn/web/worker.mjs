@@ -17,12 +17,16 @@
 //       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
 //       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
 //       (the STEP_TOP most probable pieces), before the answer
-//       -> {id, value: {problem}} for a sentence it cannot translate, with the reader's words, or
-//          {id, value: {english, ms, ids (S), ys (T + 1), tokens, maps}}: tokens as the heat map
-//          reads them, {source (S), decoder_in (T), decoder_out (T)} pieces; maps {encoder
-//          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
+//       -> {id, value: {problem}} for a sentence or sampling settings it cannot use, with the reader's
+//          words, or {id, value: {english, ms, ids (S), ys (T + 1)}}, as soon as the search ends
+//   {id, kind: 'attention', ids, ys}
+//       the attention of a translation, asked once its English is on the page
+//       -> {id, value: {tokens, maps}}: tokens as the heat map reads them, {source (S), decoder_in (T),
+//          decoder_out (T)} pieces; maps {encoder (N, h, S, S), cross (N, h, T, S), decoder_self
+//          (N, h, T, T)} nested arrays
 //   a failure answers {id, error: message}.
 
+import {checkSampling, checkSeed} from './sampling.mjs';
 import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
   translateIds} from './translator.mjs';
 
@@ -60,6 +64,21 @@ export function checkSentence(vocab, settings, sentence) {
       '(it learned the letters, digits and punctuation of German and English captions).'};
   }
   return {ids};
+}
+
+/**
+ * Why sampling's settings cannot be used, as a sentence of the page (sampling.mjs's checks, Python's
+ * messages), or null.
+ * @param {{temperature: number, topK: number|null, topP: number|null, seed: number}} sampling
+ */
+export function checkSettings(sampling) {
+  try {
+    checkSampling(sampling);
+    checkSeed(sampling.seed);
+  } catch (err) {
+    return `${err.message[0].toUpperCase()}${err.message.slice(1)}.`;
+  }
+  return null;
 }
 
 /** Start onnxruntime-web on one thread with the graphs; read the tokenizer and the settings. */
@@ -100,14 +119,16 @@ export function topPieces(vocab, probs, k = STEP_TOP) {
   return order.map(i => [vocab.pieces[i], probs[i]]);
 }
 
-/** Greedy (beam 1), beam search or sampling of one sentence, timed, and the attention of its
- * translation; `post(step)` is told each draw of a sampling. */
+/** Greedy (beam 1), beam search or sampling of one sentence, timed; `post(step)` is told each draw of a
+ * sampling. */
 async function translate({sentence, beam, shortlist: listed = false, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab, settings} = translator;
   const shortlist = listed ? translator.shortlist : null;  // null: every id
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
+  const refused = sampling === null ? null : checkSettings(sampling);
+  if (refused) return {problem: refused};
   const started = performance.now();
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
@@ -115,16 +136,22 @@ async function translate({sentence, beam, shortlist: listed = false, sampling = 
     ? await translateIds(model, vocab, ids, settings, beam, shortlist)
     : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
   const ms = performance.now() - started;
+  return {english: detokenize(vocab, ys), ms, ids, ys};
+}
+
+/** The attention of a translation, source ids (S) and ys (T + 1), and the pieces the map labels. */
+async function attend({ids, ys}) {
+  if (translator === null) throw new Error('the translator is not loaded');
+  const {model, vocab} = translator;
   const maps = await attention(model, ids, ys);
   const pieces = list => list.map(i => vocab.pieces[i]);
   return {
-    english: detokenize(vocab, ys), ms, ids, ys,
     tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
     maps: {encoder: maps.encoder, cross: maps.cross, decoder_self: maps.decoderSelf},
   };
 }
 
-const jobs = {load, translate};
+const jobs = {load, translate, attention: attend};
 let queue = Promise.resolve();  // one job at a time, in the order asked
 
 if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
