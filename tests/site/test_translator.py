@@ -176,8 +176,11 @@ def test_the_page_translates_as_python_does(browser, base_url, site):
         message = page.inner_text(".aiayn-message")
         assert message.startswith("Ready:") and "downloaded" in message, message
 
-        # the shortlist switch: off until the reader turns it on; its line says what it trades
+        # the shortlist switch: off until the reader turns it on; its line says what it trades, timed once the
+        # translator is ready
         assert not page.is_checked("input[name=aiayn-shortlist]")
+        page.wait_for_function("() => / ms, not \\d+ ms/.test(document.querySelector('.aiayn-speed').textContent)",
+                               timeout=TRANSLATE_MS)
         trade = page.inner_text(".aiayn-trade")
         assert re.search(r"here: \d+ ms, not \d+ ms", trade), trade
         assert _fidelity_shares() in trade, (trade, _fidelity_shares())

@@ -8,9 +8,11 @@
 //       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred); shortlist
 //       (shortlist.json, or absent: every id is scored) serves greedy and beam search; sampling draws
 //       from every id, as decoding.sample does
-//       -> {id, value: {pieces: V, warmUp: {every, shortlist}}}: the warm-up sentence's beam search
-//          in ms (the fastest of three), scoring every id and the shortlist (null without one), which the
-//          page's switch shows
+//       -> {id, value: {pieces: V}} once the search's kernels are compiled: the translator is ready
+//   {id, kind: 'speed'}
+//       asked once the page says it is ready (the reader reads and types meanwhile)
+//       -> {id, value: {every, shortlist}}: the warm-up sentence's beam search in ms (the fastest of
+//          three), scoring every id and the shortlist (null without one), which the page's switch shows
 //   {id, kind: 'translate', sentence, beam, shortlist, sampling}
 //       shortlist (true, or false, the default: every id): greedy and beam search score only the
 //       sentence's shortlist, faster but less often the model's own sentence (chapter 13.2);
@@ -99,6 +101,14 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
       await translateIds(model, translator.vocab, ids, translator.settings, beam, list);
     }
   }
+  return {pieces: translator.vocab.pieces.length};
+}
+
+/** What the shortlist saves: the warm-up sentence's beam search timed scoring every id and the shortlist. */
+async function speed() {
+  if (translator === null) throw new Error('the translator is not loaded');
+  const {model} = translator;
+  const ids = sourceIds(translator.vocab, WARM_UP, translator.settings.max_len);
   const timed = async list => {  // beam search again, once compiled: what the page's switch trades
     const started = performance.now();
     await translateIds(model, translator.vocab, ids, translator.settings, translator.settings.beam, list);
@@ -109,7 +119,7 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
     every = Math.min(every, await timed(null));
     if (listed !== null) listed = Math.min(listed, await timed(translator.shortlist));
   }
-  return {pieces: translator.vocab.pieces.length, warmUp: {every, shortlist: listed}};
+  return {every, shortlist: listed};
 }
 
 /** The STEP_TOP most probable pieces of a draw, [[piece, p], ...], most probable first; none that top-k or
@@ -151,7 +161,7 @@ async function attend({ids, ys}) {
   };
 }
 
-const jobs = {load, translate, attention: attend};
+const jobs = {load, speed, translate, attention: attend};
 let queue = Promise.resolve();  // one job at a time, in the order asked
 
 if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
