@@ -34,8 +34,8 @@ def test_no_page_logs_a_warning_or_an_error(browser, base_url, site):
         for docname in docnames:
             current[0] = docname
             page.goto(f"{base_url}/{su.html_path(docname)}", wait_until="load")
+            # drawn: Vega warns while it compiles a chart, before it draws it
             page.wait_for_function("() => window.__aiayn.settled()", timeout=su.SETTLE_MS, polling=100)
-            page.wait_for_timeout(200)  # a chart's last warning arrives just after it is drawn
     finally:
         context.close()
     print(f"{len(docnames)} pages in {time.perf_counter() - started:.1f} s")
