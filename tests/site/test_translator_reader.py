@@ -117,7 +117,7 @@ def test_the_chapter_states_the_measured_cache_start(visits, site):
     html = (site / su.html_path(DOC)).read_text("utf-8")
     assert "starts at once" not in html
     cached = f"{record['cache']['median_s']:.1f} s"
-    stated = re.findall(r"from the browser's cache in ([\d.]+ s)", html)
+    stated = re.findall(r"the same from the browser's cache in ([\d.]+ s)", html)
     assert stated == [cached], f"the chapter says {stated}, tools/page_start.py measured {cached}"
     assert re.search(r"from this browser's cache and started in [\d.]+ s", visits.said["from this browser's cache"])
 
