@@ -284,8 +284,8 @@ function drawsView() {
 }
 
 /** The shortlist switch, off: every id is scored. Its line says what it trades: the speed of beam search on
- * this machine (`measured(times)`, once the worker has timed it both ways, after the page is ready) against how often the page
- * then writes the model's own sentence. */
+ * this machine (`measured(times)`, once the worker has timed it both ways, after the page is ready) against
+ * how often the page then writes the model's own sentence. */
 function shortlistSwitch(beam) {
   const box = element('input', {type: 'checkbox', name: 'aiayn-shortlist', checked: false});
   const {sentences, every, shortlist} = FIDELITY;

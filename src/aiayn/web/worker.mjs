@@ -71,7 +71,8 @@ export function checkSentence(vocab, settings, sentence) {
 /**
  * Why sampling's settings cannot be used, as a sentence of the page (sampling.mjs's checks, Python's
  * messages), or null.
- * @param {{temperature: number, topK: number|null, topP: number|null, seed: number}} sampling
+ * @param {{temperature: number|null, topK: number|null, topP: number|null, seed: number|null}} sampling
+ *   the page's fields (null: empty)
  */
 export function checkSettings(sampling) {
   try {
