@@ -210,6 +210,19 @@ def test_the_figure_draws_every_kept_node_and_pruned_candidate_of_the_record():
     )
 
 
+def test_the_figure_gives_the_status_one_legend():
+    """Colour and opacity both show a node's status: the same legend on both, which Vega-Lite draws as one (a
+    legend on one channel and none on the other is a conflict it warns about on the reader's console, 8.3's)."""
+    from aiayn import viz
+
+    record = json.loads((results_dir() / "multi30k.beam_trace.json").read_text())
+    for layer in viz.beam_tree_figure(record).to_dict()["layer"]:
+        color, opacity = layer["encoding"]["color"], layer["encoding"]["opacity"]
+        assert color["field"] == opacity["field"] == "status"
+        assert color["legend"] == opacity["legend"] and color["legend"], (color, opacity)
+        assert color.get("title", "") == opacity.get("title", "")
+
+
 def test_the_figure_refuses_what_is_no_tree():
     from aiayn import viz
 

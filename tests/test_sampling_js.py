@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.decoding.search import sample, sampling_probs
-from aiayn.decoding.seeded import Mulberry32, draw
+from aiayn.decoding.search import check_sampling, sample, sampling_probs
+from aiayn.decoding.seeded import Mulberry32, check_seed, draw
 from aiayn.model import Transformer, TransformerConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +25,25 @@ SETTINGS = [  # temperature, top_k, top_p
     (1.0, None, None), (0.5, None, None), (1.7, None, None), (1.0, 5, None), (1.0, 1, None),
     (1.0, None, 0.9), (1.0, None, 0.3), (0.8, 10, 0.95), (2.0, 3, 0.5), (1.0, 200, 1.0),
 ]  # fmt: skip
+REFUSED = [  # temperature, top_k, top_p, seed: what a reader can type wrong in the page's fields
+    (0.0, None, None, 1), (-1.5, None, None, 1), (None, None, None, 1), (float("inf"), None, None, 1),
+    (1.0, 0, None, 1), (1.0, 2.5, None, 1), (1.0, None, 0.0, 1), (1.0, None, 1.5, 1),
+    (1.0, None, None, -1), (1.0, None, None, 2**32), (1.0, None, None, 7.5), (1.0, None, None, None),
+]  # fmt: skip
+
+
+def refusal(temperature, top_k, top_p, seed) -> str:
+    """Python's message for settings the sampler refuses: check_sampling's, then the seed's."""
+    try:
+        check_sampling(temperature, top_k, top_p)
+        check_seed(seed)
+    except ValueError as err:
+        return str(err)
+    raise AssertionError(f"{(temperature, top_k, top_p, seed)} were not refused")
+
+
+def _json_number(x):
+    return "Infinity" if x == float("inf") else x  # JSON has no infinity: the test reads this one back
 
 
 def sampling_cases() -> dict:
@@ -54,6 +73,16 @@ def sampling_cases() -> dict:
         "what": "aiayn.decoding.seeded and search.sampling_probs (tests/test_sampling_js.py writes this file)",
         "streams": {str(k): v for k, v in streams.items()},
         "draws": cases,
+        "refusals": [
+            {
+                "temperature": _json_number(t),
+                "top_k": k,
+                "top_p": p,
+                "seed": seed,
+                "message": refusal(t, k, p, seed),
+            }
+            for t, k, p, seed in REFUSED
+        ],
     }
 
 
@@ -100,6 +129,25 @@ def test_draw_follows_the_probabilities_and_never_draws_a_zero():
 def test_a_seed_outside_32_bits_is_refused(seed):
     with pytest.raises((ValueError, TypeError), match="seed"):
         Mulberry32(seed)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ((0.0, None, None, 1), "the temperature must be a number above 0, such as 0.7 or 1.5 (got 0)"),
+        ((None, None, None, 1), "the temperature must be a number above 0, such as 0.7 or 1.5 (got nothing)"),
+        ((float("nan"), None, None, 1), "the temperature must be a number above 0, such as 0.7 or 1.5 "
+                                        "(got not a number)"),
+        ((1.0, 2.5, None, 1), "top-k must be a whole number from 1 up, or nothing to keep every piece (got 2.5)"),
+        ((1.0, None, 1.5, 1), "top-p must be a number above 0 and at most 1, or nothing to keep every piece "
+                              "(got 1.5)"),
+        ((1.0, None, None, 2**32), "the seed must be a whole number from 0 to 4,294,967,295 (got 4,294,967,296)"),
+        ((1.0, None, None, -1), "the seed must be a whole number from 0 to 4,294,967,295 (got -1)"),
+    ],
+)  # fmt: skip
+def test_bad_settings_are_refused_in_the_reader_s_words(settings, message):
+    """The page shows these messages as they are: what the reader typed and what the field allows."""
+    assert refusal(*settings) == message
 
 
 def _tiny_model() -> Transformer:

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import {readFileSync} from 'node:fs';
 import {test} from 'node:test';
-import {Mulberry32, checkSampling, choose, filterTopK, filterTopP}
+import {Mulberry32, checkSampling, checkSeed, choose, filterTopK, filterTopP, typed}
   from '../../src/aiayn/web/sampling.mjs';
 
 const cases = JSON.parse(readFileSync(
@@ -37,10 +37,18 @@ test('the filters keep what Python keeps', () => {
   assert.equal(filterTopP(logits, 1e-9).filter(isFinite).length, 1);
 });
 
-test('bad settings are refused with Python\'s messages', () => {
-  assert.throws(() => checkSampling({temperature: 0}), /temperature must be a positive number/);
-  assert.throws(() => checkSampling({temperature: 1, topK: 0}), /top_k must be a positive integer/);
-  assert.throws(() => checkSampling({temperature: 1, topP: 1.5}), /top_p must be in \(0, 1\]/);
-  assert.throws(() => new Mulberry32(-1), /seed must be an integer/);
+test('bad settings are refused with Python\'s messages, in the reader\'s words', () => {
+  assert.ok(cases.refusals.length >= 10);
+  const number = x => (x === 'Infinity' ? Infinity : x);  // JSON has no infinity
+  for (const c of cases.refusals) {
+    const settings = {temperature: number(c.temperature), topK: c.top_k, topP: c.top_p};
+    assert.throws(() => { checkSampling(settings); new Mulberry32(c.seed); }, {message: c.message},
+      JSON.stringify(c));
+  }
+  // the page reads an empty field as null; a field that is not a number, NaN: as Python's None and nan
+  assert.throws(() => checkSampling({temperature: NaN}), /\(got not a number\)$/);
+  assert.throws(() => checkSeed(NaN), /\(got not a number\)$/);
+  assert.equal(typed(4294967296), '4,294,967,296');
   assert.doesNotThrow(() => checkSampling({temperature: 0.7, topK: 5, topP: 0.9}));
+  assert.doesNotThrow(() => checkSeed(4294967295));
 });

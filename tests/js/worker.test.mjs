@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import {test} from 'node:test';
 import {normalise, sourceIds} from '../../src/aiayn/web/translator.mjs';
-import {checkSentence} from '../../src/aiayn/web/worker.mjs';
+import {checkSentence, checkSettings} from '../../src/aiayn/web/worker.mjs';
 import {settings, vocab} from './exported.mjs';
 
 const problem = (text) => checkSentence(vocab, settings, text).problem;
@@ -27,4 +27,16 @@ test('checkSentence gives the ids of the normalised sentence', () => {
   assert.equal(normalise(typed), 'Zwei Mädchen überqueren die Brücke.');
   assert.deepEqual(ids, sourceIds(vocab, 'Zwei Mädchen überqueren die Brücke.',
       settings.max_len));
+});
+
+test('checkSettings says, as a sentence, what the reader typed wrong in the sampling fields', () => {
+  const ok = {temperature: 1, topK: null, topP: 0.9, seed: 1};
+  assert.equal(checkSettings(ok), null);
+  assert.equal(checkSettings({...ok, temperature: 0}),
+      'The temperature must be a number above 0, such as 0.7 or 1.5 (got 0).');
+  assert.equal(checkSettings({...ok, temperature: null}),
+      'The temperature must be a number above 0, such as 0.7 or 1.5 (got nothing).');
+  assert.equal(checkSettings({...ok, seed: -1}),
+      'The seed must be a whole number from 0 to 4,294,967,295 (got -1).');
+  assert.match(checkSettings({...ok, topP: 1.5}), /^Top-p must be a number above 0 and at most 1, /);
 });

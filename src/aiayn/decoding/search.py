@@ -66,7 +66,7 @@ from .common import (
     length_penalty_limit,
 )
 from .pruned_beam import pruned_beam_search
-from .seeded import Mulberry32, draw
+from .seeded import Mulberry32, draw, typed
 from .strategies import ENGINE, SearchOptions, pick, register
 from .trace import BeamTrace
 
@@ -201,18 +201,24 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def check_sampling(
     temperature: float, top_k: int | None, top_p: float | None
 ) -> None:
-    """Refuse settings ``sample`` cannot use, saying what it expected."""
+    """Refuse settings ``sample`` cannot use, in the words of the page's fields (``None`` is
+    an empty field: every piece kept)."""
     if not (_is_number(temperature) and 0 < temperature < math.inf):
         raise ValueError(
-            f"temperature must be a positive number, got {temperature!r}"
+            "the temperature must be a number above 0, such as 0.7 or 1.5 "
+            f"(got {typed(temperature)})"
         )
     is_int = isinstance(top_k, int) and not isinstance(top_k, bool)
     if top_k is not None and not (is_int and top_k >= 1):
         raise ValueError(
-            f"top_k must be a positive integer or None, got {top_k!r}"
+            "top-k must be a whole number from 1 up, or nothing to keep "
+            f"every piece (got {typed(top_k)})"
         )
     if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+        raise ValueError(
+            "top-p must be a number above 0 and at most 1, or nothing to keep "
+            f"every piece (got {typed(top_p)})"
+        )
 
 
 def sampling_probs(

@@ -12,11 +12,13 @@ writes the sentence that ``aiayn.decoding.search.sample`` writes.
 
 from __future__ import annotations
 
+import json
+import math
+import numbers
+
 import torch
 
-from ..checks import check_int
-
-__all__ = ["Mulberry32", "draw"]
+__all__ = ["Mulberry32", "check_seed", "draw", "typed"]
 
 _MASK = 0xFFFFFFFF  # 32 bits: JavaScript's integers in Math.imul and >>> 0
 
@@ -24,6 +26,34 @@ _MASK = 0xFFFFFFFF  # 32 bits: JavaScript's integers in Math.imul and >>> 0
 def _imul(a: int, b: int) -> int:
     """``Math.imul``: the low 32 bits of a product."""
     return (a * b) & _MASK
+
+
+def typed(value: object) -> str:
+    """A setting as the reader gave it, for a message: "nothing" for None (an empty field of the
+    page), a whole number with thousands separators, any other number as Python prints it;
+    web/sampling.mjs's ``typed`` writes the same."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if math.isnan(value):
+            return "not a number"
+        if math.isinf(value):
+            return "infinity" if value > 0 else "minus infinity"
+        if float(value).is_integer():
+            return f"{int(value):,}"
+        return repr(float(value))
+    # a word, or True: "7", true, as JavaScript's JSON.stringify writes them
+    return json.dumps(value, default=repr)
+
+
+def check_seed(seed: object) -> None:
+    """Refuse a seed that is not a whole number from 0 to 2^32 - 1, in the reader's words."""
+    whole = isinstance(seed, int) and not isinstance(seed, bool)
+    if not (whole and 0 <= seed <= _MASK):
+        raise ValueError(
+            "the seed must be a whole number from 0 to 4,294,967,295 "
+            f"(got {typed(seed)})"
+        )
 
 
 class Mulberry32:
@@ -34,9 +64,7 @@ class Mulberry32:
     """
 
     def __init__(self, seed: int):
-        check_int("seed", seed, minimum=0)
-        if seed > _MASK:
-            raise ValueError(f"seed must be below 2**32, got {seed}")
+        check_seed(seed)
         self.state = seed
 
     def next(self) -> float:

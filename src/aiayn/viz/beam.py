@@ -131,10 +131,22 @@ def beam_tree_figure(
         title="hypotheses of the step",
         axis=alt.Axis(labels=False, ticks=False, grid=False),
     )
-    color = alt.Color("status:N", scale=colors, title=None, sort=list(STATUS),
-                      legend=alt.Legend(orient="top", direction="horizontal"))  # fmt: skip
+    # one legend for both channels of the status (Vega-Lite merges the two; a legend on one and
+    # none on the other is a conflict it warns about on the reader's console)
+    legend = alt.Legend(orient="top", direction="horizontal")
+    color = alt.Color(
+        "status:N",
+        scale=colors,
+        title=None,
+        sort=list(STATUS),
+        legend=legend,
+    )
     fade = alt.Opacity(
-        "status:N", scale=opacity, sort=list(STATUS), legend=None
+        "status:N",
+        scale=opacity,
+        title=None,
+        sort=list(STATUS),
+        legend=legend,
     )
     edges = (
         alt.Chart(alt.Data(values=lines))

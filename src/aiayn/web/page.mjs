@@ -7,8 +7,8 @@
 // what that costs). Both run in a Web Worker (worker.mjs), so that the page answers the reader while a long
 // sentence is searched. Nothing heavy loads until the reader asks: then the runtime and the graphs are
 // downloaded here with a progress bar, checked against the SHA-256 of the build's manifest, kept in the
-// browser's Cache Storage (a second visit starts at once) and handed to the worker. The sentence never
-// leaves the machine.
+// browser's Cache Storage (a second visit does not download them again) and handed to the worker. The
+// sentence never leaves the machine.
 //
 // The page's files, all beside this module (tools/site_assets.py puts them there):
 //   site.json       what this build holds: the model's manifest (or null), the runtime, the bytes the
@@ -173,7 +173,7 @@ function startWorker() {
 }
 
 /** onnxruntime-web, the graphs, the tokenizer and the settings, downloaded with the progress shown in `ui`
- * and handed to a worker; returns that worker's `ask` and its warm-up's times ({every, shortlist} ms). */
+ * and handed to a worker; returns that worker's `ask`. */
 async function loadTranslator(site, manifest, manifestUrl, ui) {
   const files = {
     runtime: [here(site.runtime.path), site.runtime],
@@ -199,13 +199,13 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
   const loaded = await Promise.all(Object.values(files).map(([url, entry]) => fileOf(url, entry, progress)));
   const bytes = Object.fromEntries(Object.keys(files).map((name, i) => [name, loaded[i].bytes.buffer]));
   ui.say('Starting onnxruntime-web…');
-  const {warmUp} = await ask('load', {ort: ORT.href, wasmPaths: here('../vendor/onnxruntime-web/').href,
+  await ask('load', {ort: ORT.href, wasmPaths: here('../vendor/onnxruntime-web/').href,
     ...bytes}, Object.values(bytes));
   const seconds = (performance.now() - started) / 1000;
   const from = loaded.every(f => f.cached) ? 'from this browser\'s cache' : 'downloaded';
   ui.say(`Ready: ${megabytes(total)} ${from} and started in ${seconds.toFixed(1)} s. ` +
     'Press Enter in the box (Shift+Enter for a new line) or Translate.');
-  return {ask, warmUp};
+  return ask;
 }
 
 // --- the page's parts --------------------------------------------------------------------------------
@@ -257,15 +257,17 @@ function samplingControls() {
   const [s, seed] = field('seed', {name: 'seed', min: 0, step: 1, value: 1});
   const box = element('div', {class: 'aiayn-row aiayn-sampling', hidden: true}, t, k, p, s);
   const number = (input, empty) => (input.value.trim() === '' ? empty : Number(input.value));
-  const read = () => ({temperature: number(temperature, NaN), topK: number(topK, null),
-    topP: number(topP, null), seed: number(seed, NaN)});
+  const read = () => ({temperature: number(temperature, null), topK: number(topK, null),
+    topP: number(topP, null), seed: number(seed, null)});  // null: an empty field
   return {box, read};
 }
 
 /** The draws of a sampling, one line each as the worker posts it: the piece drawn, then the five most
  * probable pieces of that step with bars as long as their probability. */
 function drawsView() {
-  const list = element('ol', {class: 'aiayn-draws', hidden: true});
+  // a list that scrolls: a stop of the Tab key, in every browser, so that its arrows scroll it
+  const list = element('ol', {class: 'aiayn-draws', hidden: true, tabindex: 0,
+    'aria-label': 'the draws, one a line: the piece drawn, then the most probable pieces of its step'});
   const bar = ([piece, p], chosen) => element('span', {class: `aiayn-bar${chosen ? ' aiayn-chosen' : ''}`,
     style: `--p: ${(100 * p).toFixed(1)}%`, title: `${piece}: ${p.toFixed(3)}`}, `${piece} ${p.toFixed(2)}`);
   return {
@@ -282,12 +284,12 @@ function drawsView() {
 }
 
 /** The shortlist switch, off: every id is scored. Its line says what it trades: the speed of beam search on
- * this machine (`measured(warmUp)`, once the worker has timed it both ways) against how often the page
- * then writes the model's own sentence. */
+ * this machine (`measured(times)`, once the worker has timed it both ways, after the page is ready) against
+ * how often the page then writes the model's own sentence. */
 function shortlistSwitch(beam) {
   const box = element('input', {type: 'checkbox', name: 'aiayn-shortlist', checked: false});
   const {sentences, every, shortlist} = FIDELITY;
-  const speed = element('span', {class: 'aiayn-speed'}, 'its speed is timed when the translator loads');
+  const speed = element('span', {class: 'aiayn-speed'}, 'its speed is timed once the translator is ready');
   const line = element('p', {class: 'aiayn-trade'},
     element('label', {}, box, ' Score a shortlist'), ': at each step only the few hundred English pieces ' +
     'that training captions pair with your German ones, not all 8,000 (', speed, '). It costs fidelity: ' +
@@ -361,9 +363,8 @@ function live(root, site, manifest, manifestUrl) {
     load.disabled = true;
     progress.hidden = false;
     try {
-      const loaded = await loadTranslator(site, manifest, manifestUrl, {progress, say});
-      ask = loaded.ask;
-      listed.measured(loaded.warmUp);
+      ask = await loadTranslator(site, manifest, manifestUrl, {progress, say});
+      ask('speed').then(listed.measured, () => {});  // timed while the reader types: a switch's line only
       load.hidden = true;
       go.disabled = false;
       go.focus();  // the button that was pressed is gone: the next one takes the focus
@@ -395,7 +396,9 @@ function live(root, site, manifest, manifestUrl) {
         `${answer.ids.length} German and ${answer.ys.length - 1} English pieces.`;
       english.hidden = timing.hidden = false;
       announce.textContent = `${answer.english} (${Math.round(answer.ms).toLocaleString('en')} ms)`;
-      view.show(answer.tokens, answer.maps);
+      say('Drawing where the model looked…');  // the English is shown: the map follows
+      const {tokens, maps} = await ask('attention', {ids: answer.ids, ys: answer.ys});
+      view.show(tokens, maps);
       say(sampling === null ? 'Below: where the model looked while it wrote this translation.'
         : 'Below: each draw, with the five most probable pieces of its step, then where the model looked. ' +
           `The same settings and seed give this sentence in Python: onnx_translator.sample on these files, ` +

@@ -4,12 +4,30 @@
 // function named above it; tests/js/sampling.test.mjs holds them to Python's
 // draws, so a seed writes the same sentence in the browser and in the package.
 
+// aiayn.decoding.seeded.typed: a setting as the reader gave it, for a message ("nothing" for an
+// empty field, a whole number with thousands separators, any other number as Python prints it)
+export function typed(value) {
+  if (value === null || value === undefined) return 'nothing';
+  if (typeof value === 'number') {
+    if (Number.isNaN(value)) return 'not a number';
+    if (!Number.isFinite(value)) return value > 0 ? 'infinity' : 'minus infinity';
+    if (Number.isInteger(value)) return BigInt(value).toLocaleString('en');
+    return String(value);
+  }
+  return JSON.stringify(value) ?? String(value);
+}
+
+// aiayn.decoding.seeded.check_seed: a whole number from 0 to 2^32 - 1, in the reader's words
+export function checkSeed(seed) {
+  if (!(Number.isInteger(seed) && seed >= 0 && seed <= 0xffffffff)) {
+    throw new RangeError(`the seed must be a whole number from 0 to 4,294,967,295 (got ${typed(seed)})`);
+  }
+}
+
 // aiayn.decoding.seeded.Mulberry32: uniform numbers in [0, 1) from a 32-bit seed
 export class Mulberry32 {
   constructor(seed) {
-    if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) {
-      throw new RangeError(`seed must be an integer in [0, 2**32), got ${seed}`);
-    }
+    checkSeed(seed);
     this.state = seed;
   }
 
@@ -62,16 +80,20 @@ export function softmax(logits) {
   return e.map(x => x / sum);
 }
 
-// the checks at the top of aiayn.decoding.search.sample, with its messages
+// aiayn.decoding.search.check_sampling: the checks at the top of sample, with its messages, in the
+// words of the page's fields (null is an empty field: every piece kept)
 export function checkSampling({temperature, topK = null, topP = null}) {
   if (!(typeof temperature === 'number' && temperature > 0 && temperature < Infinity)) {
-    throw new RangeError(`temperature must be a positive number, got ${temperature}`);
+    throw new RangeError('the temperature must be a number above 0, such as 0.7 or 1.5 ' +
+      `(got ${typed(temperature)})`);
   }
   if (topK !== null && !(Number.isInteger(topK) && topK >= 1)) {
-    throw new RangeError(`top_k must be a positive integer or None, got ${topK}`);
+    throw new RangeError('top-k must be a whole number from 1 up, or nothing to keep every piece ' +
+      `(got ${typed(topK)})`);
   }
   if (topP !== null && !(typeof topP === 'number' && topP > 0 && topP <= 1)) {
-    throw new RangeError(`top_p must be in (0, 1] or None, got ${topP}`);
+    throw new RangeError('top-p must be a number above 0 and at most 1, or nothing to keep every piece ' +
+      `(got ${typed(topP)})`);
   }
 }
 

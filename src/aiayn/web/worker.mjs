@@ -8,21 +8,27 @@
 //       the URL of ort.wasm.min.mjs and of its folder, and the files' bytes (transferred); shortlist
 //       (shortlist.json, or absent: every id is scored) serves greedy and beam search; sampling draws
 //       from every id, as decoding.sample does
-//       -> {id, value: {pieces: V, warmUp: {every, shortlist}}}: the warm-up sentence's beam search
-//          in ms (the fastest of three), scoring every id and the shortlist (null without one), which the
-//          page's switch shows
+//       -> {id, value: {pieces: V}} once the search's kernels are compiled: the translator is ready
+//   {id, kind: 'speed'}
+//       asked once the page says it is ready (the reader reads and types meanwhile)
+//       -> {id, value: {every, shortlist}}: the warm-up sentence's beam search in ms (the fastest of
+//          three), scoring every id and the shortlist (null without one), which the page's switch shows
 //   {id, kind: 'translate', sentence, beam, shortlist, sampling}
 //       shortlist (true, or false, the default: every id): greedy and beam search score only the
 //       sentence's shortlist, faster but less often the model's own sentence (chapter 13.2);
 //       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
 //       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
 //       (the STEP_TOP most probable pieces), before the answer
-//       -> {id, value: {problem}} for a sentence it cannot translate, with the reader's words, or
-//          {id, value: {english, ms, ids (S), ys (T + 1), tokens, maps}}: tokens as the heat map
-//          reads them, {source (S), decoder_in (T), decoder_out (T)} pieces; maps {encoder
-//          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
+//       -> {id, value: {problem}} for a sentence or sampling settings it cannot use, with the reader's
+//          words, or {id, value: {english, ms, ids (S), ys (T + 1)}}, as soon as the search ends
+//   {id, kind: 'attention', ids, ys}
+//       the attention of a translation, asked once its English is on the page
+//       -> {id, value: {tokens, maps}}: tokens as the heat map reads them, {source (S), decoder_in (T),
+//          decoder_out (T)} pieces; maps {encoder (N, h, S, S), cross (N, h, T, S), decoder_self
+//          (N, h, T, T)} nested arrays
 //   a failure answers {id, error: message}.
 
+import {checkSampling, checkSeed} from './sampling.mjs';
 import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
   translateIds} from './translator.mjs';
 
@@ -62,6 +68,22 @@ export function checkSentence(vocab, settings, sentence) {
   return {ids};
 }
 
+/**
+ * Why sampling's settings cannot be used, as a sentence of the page (sampling.mjs's checks, Python's
+ * messages), or null.
+ * @param {{temperature: number|null, topK: number|null, topP: number|null, seed: number|null}} sampling
+ *   the page's fields (null: empty)
+ */
+export function checkSettings(sampling) {
+  try {
+    checkSampling(sampling);
+    checkSeed(sampling.seed);
+  } catch (err) {
+    return `${err.message[0].toUpperCase()}${err.message.slice(1)}.`;
+  }
+  return null;
+}
+
 /** Start onnxruntime-web on one thread with the graphs; read the tokenizer and the settings. */
 async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderStep, tokenizer, shortlist,
   settings}) {
@@ -80,6 +102,14 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
       await translateIds(model, translator.vocab, ids, translator.settings, beam, list);
     }
   }
+  return {pieces: translator.vocab.pieces.length};
+}
+
+/** What the shortlist saves: the warm-up sentence's beam search timed scoring every id and the shortlist. */
+async function speed() {
+  if (translator === null) throw new Error('the translator is not loaded');
+  const {model} = translator;
+  const ids = sourceIds(translator.vocab, WARM_UP, translator.settings.max_len);
   const timed = async list => {  // beam search again, once compiled: what the page's switch trades
     const started = performance.now();
     await translateIds(model, translator.vocab, ids, translator.settings, translator.settings.beam, list);
@@ -90,7 +120,7 @@ async function load({ort: ortUrl, wasmPaths, runtime, encoder, crossKv, decoderS
     every = Math.min(every, await timed(null));
     if (listed !== null) listed = Math.min(listed, await timed(translator.shortlist));
   }
-  return {pieces: translator.vocab.pieces.length, warmUp: {every, shortlist: listed}};
+  return {every, shortlist: listed};
 }
 
 /** The STEP_TOP most probable pieces of a draw, [[piece, p], ...], most probable first; none that top-k or
@@ -100,14 +130,16 @@ export function topPieces(vocab, probs, k = STEP_TOP) {
   return order.map(i => [vocab.pieces[i], probs[i]]);
 }
 
-/** Greedy (beam 1), beam search or sampling of one sentence, timed, and the attention of its
- * translation; `post(step)` is told each draw of a sampling. */
+/** Greedy (beam 1), beam search or sampling of one sentence, timed; `post(step)` is told each draw of a
+ * sampling. */
 async function translate({sentence, beam, shortlist: listed = false, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab, settings} = translator;
   const shortlist = listed ? translator.shortlist : null;  // null: every id
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
+  const refused = sampling === null ? null : checkSettings(sampling);
+  if (refused) return {problem: refused};
   const started = performance.now();
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
@@ -115,16 +147,22 @@ async function translate({sentence, beam, shortlist: listed = false, sampling = 
     ? await translateIds(model, vocab, ids, settings, beam, shortlist)
     : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
   const ms = performance.now() - started;
+  return {english: detokenize(vocab, ys), ms, ids, ys};
+}
+
+/** The attention of a translation, source ids (S) and ys (T + 1), and the pieces the map labels. */
+async function attend({ids, ys}) {
+  if (translator === null) throw new Error('the translator is not loaded');
+  const {model, vocab} = translator;
   const maps = await attention(model, ids, ys);
   const pieces = list => list.map(i => vocab.pieces[i]);
   return {
-    english: detokenize(vocab, ys), ms, ids, ys,
     tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
     maps: {encoder: maps.encoder, cross: maps.cross, decoder_self: maps.decoderSelf},
   };
 }
 
-const jobs = {load, translate};
+const jobs = {load, speed, translate, attention: attend};
 let queue = Promise.resolve();  // one job at a time, in the order asked
 
 if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
