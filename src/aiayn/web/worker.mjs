@@ -18,13 +18,15 @@
 //       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
 //       (the STEP_TOP most probable pieces), before the answer
 //       -> {id, value: {problem}} for a sentence it cannot translate, with the reader's words, or
-//          {id, value: {english, ms, ids (S), ys (T + 1), tokens, maps}}: tokens as the heat map
+//          {id, value: {english, ms, ids (S), ys (T + 1), tokens, maps, tree}}: tokens as the heat map
 //          reads them, {source (S), decoder_in (T), decoder_out (T)} pieces; maps {encoder
-//          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays
+//          (N, h, S, S), cross (N, h, T, S), decoder_self (N, h, T, T)} nested arrays; tree, for a beam
+//          search (else null), what it did: translator.mjs's SearchTree, pieces as text (readableTree),
+//          which beam_tree.mjs draws
 //   a failure answers {id, error: message}.
 
-import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
-  translateIds} from './translator.mjs';
+import {OnnxModel, SearchTree, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample,
+  sourceIds, translateIds} from './translator.mjs';
 
 let translator = null;  // {model, vocab, settings, shortlist}, once loaded
 // searched once while loading, greedy and with beam search: a first search pays for compiling the
@@ -100,19 +102,30 @@ export function topPieces(vocab, probs, k = STEP_TOP) {
   return order.map(i => [vocab.pieces[i], probs[i]]);
 }
 
-/** Greedy (beam 1), beam search or sampling of one sentence, timed, and the attention of its
- * translation; `post(step)` is told each draw of a sampling. */
+/** A SearchTree's tree with each piece as its text: aiayn.decoding.trace.readable, numbers unrounded. */
+export function readableTree(vocab, {nodes, steps, winner}) {
+  const text = i => vocab.pieces[i];
+  return {
+    nodes: nodes.map(n => ({...n, piece: text(n.piece), top: n.top.map(([i, p]) => [text(i), p])})),
+    steps: steps.map(({kept, pruned}) => ({kept, pruned: pruned.map(c => ({...c, piece: text(c.piece)}))})),
+    winner,
+  };
+}
+
+/** Greedy (beam 1), beam search or sampling of one sentence, timed, the attention of its translation and
+ * a beam search's tree; `post(step)` is told each draw of a sampling. */
 async function translate({sentence, beam, shortlist: listed = false, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab, settings} = translator;
   const shortlist = listed ? translator.shortlist : null;  // null: every id
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
+  const trace = sampling === null && beam > 1 ? new SearchTree() : null;  // the tree the page draws
   const started = performance.now();
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
   const ys = sampling === null  // <bos> first
-    ? await translateIds(model, vocab, ids, settings, beam, shortlist)
+    ? await translateIds(model, vocab, ids, settings, beam, shortlist, trace)
     : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
   const ms = performance.now() - started;
   const maps = await attention(model, ids, ys);
@@ -121,6 +134,7 @@ async function translate({sentence, beam, shortlist: listed = false, sampling = 
     english: detokenize(vocab, ys), ms, ids, ys,
     tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
     maps: {encoder: maps.encoder, cross: maps.cross, decoder_self: maps.decoderSelf},
+    tree: trace && readableTree(vocab, trace.tree),
   };
 }
 
