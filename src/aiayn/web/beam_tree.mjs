@@ -142,7 +142,7 @@ export class BeamTreeView {
         edges.append(edge(xy(at.get(node.parent)), xy(place), winning.has(id) ? 'aiayn-path' : ''));
       }
       const g = box(node, xy(place), classes);
-      Object.assign(g.dataset, {node: id, col: place.col, row: place.row});
+      Object.assign(g.dataset, {node: id, parent: node.parent ?? '', col: place.col, row: place.row});
       g.setAttribute('role', 'button');
       g.setAttribute('tabindex', '-1');
       const marks = `${node.finished ? ', finished' : ''}${id === tree.winner ? ', the winner' : ''}`;
@@ -159,6 +159,7 @@ export class BeamTreeView {
       'move with the arrow keys and press Enter) to see what that prefix would write next, and where ' +
       'it looked.';
     this.root.hidden = false;
+    this.box.scrollLeft = 0;  // a new search starts at its root
     this.selected = null;
     this.select(0, false);
     performance.measure('aiayn-beam-tree draw', {start: started});
