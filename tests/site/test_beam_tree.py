@@ -180,6 +180,7 @@ def test_on_a_phone_the_tree_scrolls_in_its_own_box(searched):
       const piece = document.querySelector('.aiayn-beam-tree .aiayn-piece');
       return {page: document.documentElement.scrollWidth, view: window.innerWidth,
               right: box.getBoundingClientRect().right, box: box.clientWidth, tree: box.scrollWidth,
+              left: box.scrollLeft,
               font: parseFloat(getComputedStyle(piece).fontSize),
               drawn: document.querySelector('.aiayn-tree-box svg').getBoundingClientRect().width,
               width: Number(document.querySelector('.aiayn-tree-box svg').getAttribute('width'))};
@@ -188,6 +189,7 @@ def test_on_a_phone_the_tree_scrolls_in_its_own_box(searched):
     assert sizes["page"] <= sizes["view"] == su.PHONE["width"], f"the page is {sizes['page']} px wide"
     assert sizes["right"] <= sizes["view"]
     assert sizes["tree"] > sizes["box"], "a 13-word search should be wider than a phone: its box scrolls"
+    assert sizes["left"] == 0, "a new search should show its root first"
     assert sizes["font"] >= 12 and sizes["drawn"] == pytest.approx(sizes["width"]), "the tree was shrunk"
     page.focus(".aiayn-node[data-node='0']")
     page.keyboard.press("End")  # the focus scrolls the box to the winner, at the far right
