@@ -45,11 +45,18 @@ def searched(browser, base_url, site):
     page.wait_for_selector(".aiayn-load", timeout=20_000)
     tt._load(page)
     page.fill("#aiayn-german", tt.SENTENCE)
-    english, _, _ = tt._translate(page, beam=True)
-    page.wait_for_selector(".aiayn-beam-tree .aiayn-node", timeout=10_000)
+    english = _translate(page)
     yield {"page": page, "report": report, "english": english, "tree": trace.tree, "ys": ys,
            "vocab": vocab, "python_english": detokenize(vocab, ys), "ids": ids}  # fmt: skip
     context.close()
+
+
+def _translate(page) -> str:
+    """Translate the box's sentence with beam search and wait until its tree is drawn (a few columns a task);
+    the English."""
+    english, _, _ = tt._translate(page, beam=True)
+    page.wait_for_selector(".aiayn-beam-tree[data-drawn]", state="attached", timeout=10_000)
+    return english
 
 
 def _nodes(page) -> dict[int, dict]:
@@ -147,9 +154,15 @@ def test_a_box_chosen_by_keyboard_shows_its_next_pieces_and_attention(searched):
 
 
 def test_drawing_the_tree_never_holds_the_main_thread_50_ms(searched):
+    """The 13-word sentence again, and the 30-word one of test_translator.py (over 200 boxes): each task that
+    draws some of its columns (beam_tree.mjs measures it, the browser's layout of them included) and each choice
+    of a box take less than 50 ms."""
     page = searched["page"]
-    page.fill("#aiayn-german", tt.SENTENCE)
-    tt._translate(page, beam=True)  # drawn again, and chosen again
+    for sentence in (tt.SENTENCE, tt.LONG):
+        page.fill("#aiayn-german", sentence)
+        _translate(page)  # drawn again, and chosen again
+    boxes = len(page.query_selector_all(".aiayn-beam-tree .aiayn-node"))
+    print(f"the 30-word sentence's tree: {boxes} boxes")
     for name in ("aiayn-beam-tree draw", "aiayn-beam-tree select"):
         ms = page.evaluate(f"() => performance.getEntriesByName('{name}').map(e => e.duration)")
         print(f"{name}: {[round(x, 1) for x in ms]} ms")
@@ -174,7 +187,7 @@ def test_on_a_phone_the_tree_scrolls_in_its_own_box(searched):
     page = searched["page"]
     page.set_viewport_size(su.PHONE)
     page.fill("#aiayn-german", tt.SENTENCE)
-    tt._translate(page, beam=True)  # drawn at the phone's width
+    _translate(page)  # drawn at the phone's width
     sizes = page.evaluate("""() => {
       const box = document.querySelector('.aiayn-tree-box');
       const piece = document.querySelector('.aiayn-beam-tree .aiayn-piece');

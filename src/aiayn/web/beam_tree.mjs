@@ -11,6 +11,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 /** A box and the grid it sits on, in px: a column per step, a row per beam, then a row per pruned one. */
 export const BOX = {width: 104, height: 38, column: 126, row: 46, pad: 6};
 const LONGEST = 11;  // characters of a piece a box shows; the rest is in its label
+const TASK_COLUMNS = 10;  // columns drawn in one task, a few ms: the main thread stays free
 
 /**
  * Where each box goes: a kept node in the column of its step and the row of its beam when it first
@@ -39,6 +40,9 @@ export function pathTo(tree, id) {
   for (let n = id; n !== null; n = tree.nodes[n].parent) ids.unshift(n);
   return ids;
 }
+
+/** Resolves once the browser has drawn its next frame: what is measured after it is the tree's own work. */
+const afterFrame = () => new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve)));
 
 function svg(tag, attrs = {}, text = null) {
   const el = document.createElementNS(SVG, tag);
@@ -107,51 +111,24 @@ export class BeamTreeView {
   }
 
   /**
-   * Draw the tree of a search and choose its root.
+   * Draw the tree of a search, a few columns a task (a long search's tree has hundreds of boxes, and the
+   * page must answer meanwhile), and choose its root; `data-drawn` marks the view once all is drawn.
    * @param {object} tree the worker's: {nodes, steps, winner}, pieces as text
    * @param {string[]} source the German pieces (S), as the attention's columns
    */
-  show(tree, source) {
-    const started = performance.now();
-    this.tree = tree;
-    this.source = source;
+  async show(tree, source) {
+    const drawing = {};  // a later show() or clear() stops this one
+    Object.assign(this, {tree, source, drawing, selected: null, boxes: new Map()});
+    this.root.removeAttribute('data-drawn');
     const {at, pruned, columns, rows} = layout(tree);
-    const xy = ({col, row}) => ({x: col * BOX.column + 2, y: row * BOX.row + 2});
-    const winning = new Set(pathTo(tree, tree.winner));
     const K = tree.steps.length ? tree.steps[0].kept.length : 1;
-    this.svg.replaceChildren();
+    this.edges = svg('g', {class: 'aiayn-edges'});
+    this.drawn = svg('g', {class: 'aiayn-boxes'});
+    this.svg.replaceChildren(this.edges, this.drawn);
     this.svg.setAttribute('width', (columns - 1) * BOX.column + BOX.width + 4);
     this.svg.setAttribute('height', (rows - 1) * BOX.row + BOX.height + 4);
     this.svg.setAttribute('aria-label', `the beam search's tree, K = ${K}: ${at.size} hypotheses over ` +
       `${columns - 1} steps, ${pruned.length} pruned candidates; arrow keys move, Enter chooses`);
-    const edges = svg('g', {class: 'aiayn-edges'});
-    const boxes = svg('g', {class: 'aiayn-boxes'});
-    for (const c of pruned) {
-      edges.append(edge(xy(at.get(c.parent)), xy(c), 'aiayn-pruned'));
-      const g = box(c, xy(c), ['aiayn-pruned']);
-      g.setAttribute('aria-hidden', 'true');
-      g.append(svg('title', {}, `pruned: ${c.piece}, log P ${fixed(c.log_p)}, score ${fixed(c.score)}`));
-      boxes.append(g);
-    }
-    this.boxes = new Map();
-    for (const [id, place] of at) {
-      const node = tree.nodes[id];
-      const classes = [winning.has(id) ? 'aiayn-path' : '', node.finished ? 'aiayn-finished' : '',
-        id === tree.winner ? 'aiayn-winner' : ''].filter(Boolean);
-      if (node.parent !== null) {
-        edges.append(edge(xy(at.get(node.parent)), xy(place), winning.has(id) ? 'aiayn-path' : ''));
-      }
-      const g = box(node, xy(place), classes);
-      Object.assign(g.dataset, {node: id, parent: node.parent ?? '', col: place.col, row: place.row});
-      g.setAttribute('role', 'button');
-      g.setAttribute('tabindex', '-1');
-      const marks = `${node.finished ? ', finished' : ''}${id === tree.winner ? ', the winner' : ''}`;
-      g.setAttribute('aria-label', `step ${node.step}: ${node.piece}, log P ${fixed(node.log_p)}, score ` +
-        `${fixed(node.score)}${marks}`);
-      boxes.append(g);
-      this.boxes.set(id, g);
-    }
-    this.svg.append(edges, boxes);
     this.legend.textContent = `The search's tree (K = ${K}): a column per step, a box per hypothesis it ` +
       'kept, with its last piece, then log P | score (log P over the length penalty; the search keeps the ' +
       `${K} best scores). ★ is the winner, the English above, and its path is drawn bold; a thick border ` +
@@ -160,14 +137,53 @@ export class BeamTreeView {
       'it looked.';
     this.root.hidden = false;
     this.box.scrollLeft = 0;  // a new search starts at its root
-    this.selected = null;
-    this.select(0, false);
-    void this.box.scrollWidth;  // the browser lays the tree out now, within the time measured
-    performance.measure('aiayn-beam-tree draw', {start: started});
+    const winning = new Set(pathTo(tree, tree.winner));
+    for (let from = 0; from < columns; from += TASK_COLUMNS) {
+      await afterFrame();  // the page's turn: the English, the map, a reader's click
+      if (this.drawing !== drawing) return;
+      const started = performance.now();
+      const within = ({col}) => col >= from && col < from + TASK_COLUMNS;
+      this.columns([...at].filter(([, place]) => within(place)), pruned.filter(within), at, winning);
+      if (from === 0) this.select(0, false);
+      void this.box.scrollWidth;  // the browser lays these boxes out now, within the time measured
+      performance.measure('aiayn-beam-tree draw', {start: started});
+    }
+    this.root.setAttribute('data-drawn', '');
+  }
+
+  /** Draw some columns: `places` [[id, {col, row}]] of kept nodes and the `pruned` candidates, each with
+   * the edge from its parent (placed by `at`); the winner's path (`winning`, ids) bold. */
+  columns(places, pruned, at, winning) {
+    const xy = ({col, row}) => ({x: col * BOX.column + 2, y: row * BOX.row + 2});
+    for (const c of pruned) {
+      this.edges.append(edge(xy(at.get(c.parent)), xy(c), 'aiayn-pruned'));
+      const g = box(c, xy(c), ['aiayn-pruned']);
+      g.setAttribute('aria-hidden', 'true');
+      g.append(svg('title', {}, `pruned: ${c.piece}, log P ${fixed(c.log_p)}, score ${fixed(c.score)}`));
+      this.drawn.append(g);
+    }
+    for (const [id, place] of places) {
+      const node = this.tree.nodes[id];
+      const classes = [winning.has(id) ? 'aiayn-path' : '', node.finished ? 'aiayn-finished' : '',
+        id === this.tree.winner ? 'aiayn-winner' : ''].filter(Boolean);
+      if (node.parent !== null) {
+        this.edges.append(edge(xy(at.get(node.parent)), xy(place), winning.has(id) ? 'aiayn-path' : ''));
+      }
+      const g = box(node, xy(place), classes);
+      Object.assign(g.dataset, {node: id, parent: node.parent ?? '', col: place.col, row: place.row});
+      g.setAttribute('role', 'button');
+      g.setAttribute('tabindex', '-1');
+      const marks = `${node.finished ? ', finished' : ''}${id === this.tree.winner ? ', the winner' : ''}`;
+      g.setAttribute('aria-label', `step ${node.step}: ${node.piece}, log P ${fixed(node.log_p)}, score ` +
+        `${fixed(node.score)}${marks}`);
+      this.drawn.append(g);
+      this.boxes.set(id, g);
+    }
   }
 
   /** Hide the view and forget its search. */
   clear() {
+    this.drawing = null;
     this.root.hidden = true;
     this.svg.replaceChildren();
     this.detail.replaceChildren();
@@ -194,7 +210,7 @@ export class BeamTreeView {
   /** Node `id` takes the tree's one Tab stop (and the focus, if asked). */
   rove(id, focus) {
     for (const [other, g] of this.boxes) g.setAttribute('tabindex', other === id ? '0' : '-1');
-    if (focus) this.boxes.get(id).focus();
+    if (focus) this.boxes.get(id)?.focus();  // (a box not drawn yet cannot take it)
   }
 
   /** What the panel says of a node: its prefix and numbers, its next pieces and its attention. */

@@ -17,6 +17,7 @@
 //                   tokenizer.json, translator.json, shortlist.json
 //   examples.json   chapter 11.2's three sentences and their attention, in thousandths
 //   worker.mjs      the search, off the main thread
+//   heatmap.mjs     the attention map; beam_tree.mjs, a beam search's tree
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
 
 import {BeamTreeView} from './beam_tree.mjs';
