@@ -11,7 +11,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 /** A box and the grid it sits on, in px: a column per step, a row per beam, then a row per pruned one. */
 export const BOX = {width: 104, height: 38, column: 126, row: 46, pad: 6};
 const LONGEST = 11;  // characters of a piece a box shows; the rest is in its label
-const TASK_COLUMNS = 10;  // columns drawn in one task, a few ms: the main thread stays free
+const TASK_COLUMNS = 5;  // columns drawn in one task (40 boxes at most with K = 4): a few ms
 
 /**
  * Where each box goes: a kept node in the column of its step and the row of its beam when it first
