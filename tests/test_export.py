@@ -124,6 +124,46 @@ def test_the_python_beam_search_over_the_graphs_is_aiayn_decoding_s(
         assert ours == theirs
 
 
+def test_the_page_s_search_tree_is_decoding_s_beam_trace(
+    published, exported, test_ids, one_thread
+):
+    """``SearchTree`` of the page's search on the float32 graphs is ``BeamTrace``'s tree of
+    ``aiayn.decoding``'s beam search, node for node: pieces, parents, kept beams, winner, the five
+    next pieces, scores and attention within float32 rounding (``pruned`` aside: the page ranks
+    each beam's K best only). The output is the same with a trace or without."""
+    from aiayn.decoding.trace import BeamTrace, path
+
+    model, _ = published
+    vocab = tr.Vocabulary.load(exported)
+    onnx_model = tr.OnnxModel(exported, int8=False)
+    alpha = SETTINGS["length_penalty"]
+    for ids in test_ids[25:31]:
+        limit, trace = _limit(ids), tr.SearchTree()
+        ours = tr.beam_search(onnx_model, vocab, ids, limit, 4, alpha, trace=trace)
+        assert ours == tr.beam_search(onnx_model, vocab, ids, limit, 4, alpha)
+        tree = trace.tree
+        assert path(tree, tree["winner"]) == ours
+        reference = BeamTrace(attention=True, digits=6)
+        src = torch.tensor([ids])
+        beam_search(model, src, None, [limit], BOS, EOS, 4, alpha, trace=reference)
+        theirs = reference.trees[0]
+        assert tree["winner"] == theirs["winner"]
+        assert [s["kept"] for s in tree["steps"]] == [s["kept"] for s in theirs["steps"]]
+        assert len(tree["nodes"]) == len(theirs["nodes"])
+        for a, b in zip(tree["nodes"], theirs["nodes"], strict=True):
+            same = ("id", "parent", "step", "piece", "finished")
+            assert {k: a[k] for k in same} == {k: b[k] for k in same}
+            assert a["log_p"] == pytest.approx(b["log_p"], abs=1e-4)
+            assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+            assert [i for i, _ in a["top"]] == [i for i, _ in b["top"]]
+            np.testing.assert_allclose([p for _, p in a["top"]], [p for _, p in b["top"]], atol=1e-5)
+            if a["attention"] is not None:  # a node the search extended
+                np.testing.assert_allclose(a["attention"], b["attention"], atol=1e-4)
+        for step in tree["steps"]:  # what the page fades: candidates it ranked below the kept
+            kept = min(tree["nodes"][n]["score"] for n in step["kept"] if n is not None)
+            assert all(c["score"] <= kept for c in step["pruned"]) and len(step["pruned"]) <= 4
+
+
 def test_the_attention_outputs_are_the_model_s(published, exported, test_ids, one_thread):
     from aiayn.viz import model_attention
 

@@ -1,9 +1,10 @@
 """The page's translator, aiayn/web/translator.mjs, is aiayn.export.translator: Node runs it on the same files.
 
 Python writes what it gets to a JSON file (sentencepiece's ids and texts; ``greedy``, ``beam_search`` and
-``attention`` over the float32 and the int8 graphs), then ``node --test`` runs tests/js/*.test.mjs against
-it: the same tokens on float32, the same on nearly every sentence on int8 (tests/js/translator.int8.test.mjs
-says why not on every one).
+``attention`` over the float32 and the int8 graphs, and the trees ``SearchTree`` records of a few beam
+searches), then ``node --test`` runs tests/js/*.test.mjs against it: the same tokens on float32, the same on
+nearly every sentence on int8 (tests/js/translator.int8.test.mjs says why not on every one); the same trees
+(tests/js/search_tree.test.mjs).
 
 How a sentence is read before it is split (``translation.normalise`` and ``is_blank``) needs no model: its
 cases are committed, tests/js/normalise.cases.json (``python tests/test_web_js.py`` writes them again), and
@@ -53,6 +54,7 @@ SENTENCES = {"fp32": 50, "int8": 50}
 # the first sentences are also sampled, with each of these settings and seeds
 SAMPLED = 6
 SHORTLISTED = 12  # sentences also searched with the shortlist
+TRACED = 4  # sentences whose beam search is also recorded as a tree (SearchTree), every id and the shortlist
 SAMPLINGS = [
     {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 1},
     {"temperature": 1.5, "top_k": 40, "top_p": 0.9, "seed": 2026},
@@ -96,6 +98,8 @@ def _searched(folder: Path, kind: str, sentences: list[dict]):
                 "beam_text": tr.detokenize(vocab, ys),
             }
         )
+        if len(found) <= TRACED:  # the tree the page draws, searched again with a trace
+            found[-1]["tree"] = _traced(model, vocab, src, limit, beam, alpha)
         if len(maps) < 2:
             weights = tr.attention(model, src, ys)
             maps.append({"src": src, "ys": ys} | _lists(weights))
@@ -111,7 +115,17 @@ def _searched(folder: Path, kind: str, sentences: list[dict]):
                 "greedy": tr.greedy(model, vocab, src, limit, targets),
                 "beam": tr.beam_search(model, vocab, src, limit, beam, alpha, targets),
             }
+            if len(found) <= TRACED:
+                found[-1]["shortlisted"]["tree"] = _traced(model, vocab, src, limit, beam, alpha, targets)
     return found, maps
+
+
+def _traced(model, vocab, src, limit, beam, alpha, targets=None) -> dict:
+    """``beam_search(..., trace=SearchTree())``'s tree; the search's output must be the same as without."""
+    trace = tr.SearchTree()
+    ys = tr.beam_search(model, vocab, src, limit, beam, alpha, targets, trace)
+    assert ys == tr.beam_search(model, vocab, src, limit, beam, alpha, targets)
+    return trace.tree
 
 
 def _lists(weights: dict) -> dict:

@@ -3,7 +3,8 @@
 The page reads the files of an export (``aiayn.export.graphs``) and runs them with onnxruntime:
 ``OnnxModel`` holds the three graphs it downloads, ``Cache`` the keys and values a search keeps
 between steps, ``Vocabulary``, ``bpe_encode``, ``source_ids`` and ``detokenize`` are its
-tokenizer, ``greedy``, ``beam_search`` and ``sample`` its search, ``attention`` the weights it draws.
+tokenizer, ``greedy``, ``beam_search`` and ``sample`` its search, ``SearchTree`` what a beam search did (the
+tree the page draws), ``attention`` the weights it draws.
 ``score_files`` is the BLEU that ``python -m aiayn.export`` records in the manifest. Each function has
 a twin of the same name in translator.mjs, camelCase there (``beam_search`` is ``beamSearch``).
 
@@ -481,12 +482,14 @@ def beam_search(
     beam: int = 4,
     alpha: float = 0.6,
     targets: Sequence[int] | None = None,
+    trace: SearchTree | None = None,
 ) -> list[int]:
     """``aiayn.decoding.search.beam_search`` for one sentence: K prefixes ranked by log P / lp.
 
     A beam that wrote ``<eos>`` keeps its score and competes with the live ones; the search ends
     when every beam has finished or the prefixes reach ``limit`` columns. Sums are in float64.
-    ``targets``: the ids to score (a shortlist), else all.
+    ``targets``: the ids to score (a shortlist), else all. ``trace``: a ``SearchTree`` that
+    records what the search did (the output is the same with or without one).
     """
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
     memory, _ = model.encode(src)
@@ -498,9 +501,11 @@ def beam_search(
     )  # only the first may expand at first
     lengths = [0] * beam
     finished = [limit <= 1] * beam
+    if trace is not None:
+        trace.start(vocab.bos_id, beam)
     while not all(finished):
         last = np.array([b[-1:] for b in beams], dtype=np.int64)  # (K, 1)
-        token_log_p, cache = model.step(cache, last)[:2]
+        token_log_p, cache, cross = model.step(cache, last)[:3]
         candidates = []  # (score, log P, length, beam, token)
         for k in range(beam):
             if finished[k]:  # one continuation: padding, which costs nothing
@@ -520,6 +525,9 @@ def beam_search(
             key=lambda c: -c[0]
         )  # stable: equal scores keep beam order
         chosen = candidates[:beam]
+        if trace is not None:
+            trace.grow(token_log_p, cross, cache.targets, finished, candidates,
+                       vocab.eos_id)  # fmt: skip
         cache = cache.rows([k for _, _, _, k, _ in chosen])
         beams = [beams[k] + [token] for _, _, _, k, token in chosen]
         finished = [
@@ -535,9 +543,103 @@ def beam_search(
         for lp, n in zip(log_p, lengths, strict=True)
     ]
     best = beams[scores.index(max(scores))]
+    if trace is not None:
+        trace.end(scores.index(max(scores)))
     while best[-1] == vocab.pad_id:
         best.pop()
     return best
+
+
+class SearchTree:
+    """What ``beam_search(..., trace=SearchTree())`` did, as the tree the page draws.
+
+    ``tree`` has the layout of ``aiayn.decoding.trace.BeamTrace``'s trees, for one sentence:
+    ``{"nodes", "steps", "winner"}``, each node ``{"id", "parent", "step", "piece", "log_p",
+    "score", "finished", "top", "attention"}``, each step ``{"kept", "pruned"}``. Where this
+    search differs:
+
+    - ``top`` holds the ``top`` most probable next pieces among the ids the step scored (the
+      shortlist, when there is one), ``[piece, probability]``;
+    - ``attention`` is the cross-attention of the decoder's last layer, averaged over heads, of the
+      node's last position over the ``S`` source ids: the step's own weights, as the search ran it
+      (``BeamTrace`` reruns each prefix), unrounded; ``None`` for a node never extended (finished,
+      or at the output limit);
+    - ``pruned``: the best candidates the search ranked and did not keep, up to K. The search ranks
+      the K best of each beam, so this is the K best not kept among those, not among all K·V.
+
+    ``log_p`` and ``score`` are the search's own float64 numbers.
+    """
+
+    def __init__(self, top: int = 5):
+        self.top = top
+        self.tree: dict[str, Any] = {
+            "nodes": [],
+            "steps": [],
+            "winner": None,
+        }
+
+    def start(self, bos_id: int, beam: int) -> None:
+        """The root, ``<bos>``, held by every beam (only beam 0 may grow)."""
+        root = {"id": 0, "parent": None, "step": 0, "piece": bos_id}
+        root |= {"log_p": 0.0, "score": 0.0, "finished": False}
+        root |= {"top": [], "attention": None}
+        self.tree = {"nodes": [root], "steps": [], "winner": None}
+        self.beams: list[int | None] = [0] + [None] * (beam - 1)
+
+    def grow(
+        self,
+        token_log_p: np.ndarray,
+        cross: np.ndarray,
+        targets: np.ndarray,
+        finished: list[bool],
+        candidates: list[tuple],
+        eos_id: int,
+    ) -> None:
+        """One step: each live beam's next pieces and attention, then the K kept candidates.
+
+        Args:
+            token_log_p: ``(K, targets)`` the step's log P; ``cross`` ``(N, K, h, 1, S)``.
+            finished: the beams finished before the step.
+            candidates: ``beam_search``'s ``(score, log P, length, beam, token)``, best first.
+        """
+        nodes, K = self.tree["nodes"], len(self.beams)
+        for k, node in enumerate(self.beams):
+            if node is None or finished[k]:
+                continue
+            row = token_log_p[k]  # (targets,)
+            best = np.argsort(-row, kind="stable")[: self.top]
+            top = [[int(targets[j]), math.exp(float(row[j]))] for j in best]
+            heads = cross[-1, k, :, -1].astype(np.float64)  # (h, S)
+            attention = (heads.sum(axis=0) / heads.shape[0]).tolist()
+            nodes[node] |= {"top": top, "attention": attention}
+        kept = []
+        for score, total, _, k, token in candidates[:K]:
+            parent = self.beams[k]
+            if parent is None or total == -math.inf:
+                kept.append(None)
+            elif finished[k]:  # it stays, with its score
+                kept.append(parent)
+            else:
+                kept.append(len(nodes))
+                nodes.append({
+                    "id": len(nodes), "parent": parent,
+                    "step": len(self.tree["steps"]) + 1, "piece": token,
+                    "log_p": float(total), "score": float(score),
+                    "finished": token == eos_id, "top": [], "attention": None,
+                })  # fmt: skip
+        pruned = [
+            {"parent": self.beams[k], "piece": token,
+             "log_p": float(total), "score": float(score)}
+            for score, total, _, k, token in candidates[K:]
+            if self.beams[k] is not None and not finished[k]
+            and score != -math.inf
+        ][:K]  # fmt: skip
+        self.tree["steps"].append({"kept": kept, "pruned": pruned})
+        self.beams = kept
+
+    def end(self, beam: int) -> None:
+        """The search returned beam ``beam``: its node is the winner."""
+        self.tree["winner"] = self.beams[beam]
 
 
 def attention(
@@ -568,10 +670,12 @@ def translate_ids(
     settings: dict[str, Any],
     beam: int | None = None,
     shortlist: dict[str, Any] | None = None,
+    trace: SearchTree | None = None,
 ) -> list[int]:
     """Greedy (``beam=1``) or beam search with the run's settings; ``<bos>`` first.
 
-    ``shortlist``: ``aiayn.export.shortlist``'s record; each step scores the sentence's targets only."""
+    ``shortlist``: ``aiayn.export.shortlist``'s record; each step scores the sentence's targets only.
+    ``trace``: a ``SearchTree`` that a beam search fills (greedy leaves it as it is)."""
     beam = settings["beam"] if beam is None else beam
     limit = output_limit(len(src_ids), settings)
     targets = None
@@ -581,7 +685,7 @@ def translate_ids(
         return greedy(model, vocab, src_ids, limit, targets)
     return beam_search(
         model, vocab, src_ids, limit, beam, settings["length_penalty"],
-        targets,
+        targets, trace,
     )  # fmt: skip
 
 

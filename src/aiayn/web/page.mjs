@@ -17,8 +17,10 @@
 //                   tokenizer.json, translator.json, shortlist.json
 //   examples.json   chapter 11.2's three sentences and their attention, in thousandths
 //   worker.mjs      the search, off the main thread
+//   heatmap.mjs     the attention map; beam_tree.mjs, a beam search's tree
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
 
+import {BeamTreeView} from './beam_tree.mjs';
 import {AttentionView} from './heatmap.mjs';
 
 const here = path => new URL(path, import.meta.url);
@@ -337,6 +339,7 @@ function live(root, site, manifest, manifestUrl) {
   const announce = element('p', {class: 'aiayn-announce', role: 'status', 'aria-live': 'polite'});
   const draws = drawsView();
   root.append(form, message, english, timing, announce, draws.list);
+  const tree = new BeamTreeView(root);  // a beam search's tree, drawn above its attention
   const view = new AttentionView(root);
   const chosen = () => form.elements['aiayn-decoding'].value;
   form.addEventListener('change', () => { knobs.box.hidden = chosen() !== 'sample'; });
@@ -356,6 +359,7 @@ function live(root, site, manifest, manifestUrl) {
     english.hidden = timing.hidden = true;
     english.textContent = timing.textContent = '';
     draws.clear();
+    tree.clear();
     view.clear();
   };
   let ask = null;
@@ -396,10 +400,12 @@ function live(root, site, manifest, manifestUrl) {
         `${answer.ids.length} German and ${answer.ys.length - 1} English pieces.`;
       english.hidden = timing.hidden = false;
       announce.textContent = `${answer.english} (${Math.round(answer.ms).toLocaleString('en')} ms)`;
+      if (answer.tree) tree.show(answer.tree, answer.source);  // the search's tree, beside the English
       say('Drawing where the model looked…');  // the English is shown: the map follows
       const {tokens, maps} = await ask('attention', {ids: answer.ids, ys: answer.ys});
       view.show(tokens, maps);
-      say(sampling === null ? 'Below: where the model looked while it wrote this translation.'
+      const first = answer.tree ? 'the search\'s tree, then ' : '';
+      say(sampling === null ? `Below: ${first}where the model looked while it wrote this translation.`
         : 'Below: each draw, with the five most probable pieces of its step, then where the model looked. ' +
           `The same settings and seed give this sentence in Python: onnx_translator.sample on these files, ` +
           `and, nearly always, decoding.sample(…, seed=${sampling.seed}) with the PyTorch model (chapter 8.4): ` +

@@ -274,9 +274,10 @@ export function lengthPenalty(length, alpha) {
  *  the live ones; the search ends when every beam has finished or the
  *  prefixes reach `limit` columns. Sums are in doubles, as Python's
  *  float64. srcIds (S) -> ids, <bos> first. targets: the ids to score (a
- *  shortlist), else all. */
+ *  shortlist), else all. trace: a SearchTree that records what the search
+ *  did (the output is the same with or without one). */
 export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
-    alpha = 0.6, targets = null) {
+    alpha = 0.6, targets = null, trace = null) {
   const src = model.int64([srcIds]); // (1, S)
   const [memory] = await model.encode(src);
   let cache = await model.start(memory, src, scored(vocab, targets));
@@ -285,10 +286,11 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
   let logP = [0, ...Array(beam - 1).fill(-Infinity)]; // first expands first
   let lengths = Array(beam).fill(0);
   let finished = Array(beam).fill(limit <= 1);
+  if (trace !== null) trace.start(vocab.bosId, beam);
   while (!finished.every(Boolean)) {
     const last = model.int64(beams.map((b) => b.slice(-1))); // (K, 1)
-    let tokenLogP;
-    [tokenLogP, cache] = await model.step(cache, last);
+    let tokenLogP; let cross;
+    [tokenLogP, cache, cross] = await model.step(cache, last);
     const K = tokenLogP.dims[1]; // the targets
     const candidates = []; // [score, log P, length, beam, token]
     for (let k = 0; k < beam; k++) {
@@ -308,6 +310,10 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
     }
     candidates.sort((c, d) => descending(c[0], d[0])); // stable
     const chosen = candidates.slice(0, beam);
+    if (trace !== null) {
+      trace.grow(tokenLogP, cross, cache.targets, finished, candidates,
+          vocab.eosId);
+    }
     cache = cache.rows(chosen.map((c) => c[3]));
     beams = chosen.map(([, , , k, token]) => [...beams[k], token]);
     finished = chosen.map(
@@ -318,8 +324,75 @@ export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
   }
   const scores = logP.map((lp, k) => lp / lengthPenalty(lengths[k], alpha));
   const best = beams[argmax(scores)];
+  if (trace !== null) trace.end(argmax(scores));
   while (best.at(-1) === vocab.padId) best.pop();
   return best;
+}
+
+/** What beamSearch(..., trace) did, as the tree the page draws: Python's
+ *  SearchTree, the layout of aiayn.decoding.trace.BeamTrace's trees. `tree`
+ *  is {nodes, steps, winner}; a node {id, parent, step, piece, log_p,
+ *  score, finished, top: [[piece, p], ...] (its `top` most probable next
+ *  pieces), attention (S): the last layer's cross-attention of its last
+ *  position, mean over heads, or null}; a step {kept (K): node ids,
+ *  pruned: [{parent, piece, log_p, score}], up to K}. */
+export class SearchTree {
+  constructor(top = 5) {
+    this.top = top;
+    this.tree = {nodes: [], steps: [], winner: null};
+  }
+
+  /** The root, <bos>, held by every beam (only beam 0 may grow). */
+  start(bosId, beam) {
+    const root = {id: 0, parent: null, step: 0, piece: bosId, log_p: 0,
+      score: 0, finished: false, top: [], attention: null};
+    this.tree = {nodes: [root], steps: [], winner: null};
+    this.beams = [0, ...Array(beam - 1).fill(null)];
+  }
+
+  /** One step: each live beam's next pieces and attention, then the K kept
+   *  candidates. tokenLogP float32 (K, targets); cross float32
+   *  (N, K, h, 1, S); finished: the beams finished before the step;
+   *  candidates: beamSearch's [score, log P, length, beam, token], best
+   *  first. */
+  grow(tokenLogP, cross, targets, finished, candidates, eosId) {
+    const nodes = this.tree.nodes;
+    const K = this.beams.length;
+    const T = tokenLogP.dims[1];
+    const [N, , h, , S] = cross.dims;
+    this.beams.forEach((node, k) => {
+      if (node === null || finished[k]) return;
+      const row = tokenLogP.data.subarray(k * T, (k + 1) * T); // (targets)
+      const top = topK(row, this.top).map(
+          (j) => [Number(targets.data[j]), Math.exp(row[j])]);
+      const attention = Array(S).fill(0); // (S)
+      const at = ((N - 1) * K + k) * h * S; // [N - 1, k, 0, 0, 0]
+      for (let i = 0; i < h; i++) {
+        for (let s = 0; s < S; s++) attention[s] += cross.data[at + i * S + s];
+      }
+      Object.assign(nodes[node], {top, attention: attention.map((w) => w / h)});
+    });
+    const kept = candidates.slice(0, K).map(([score, total, , k, token]) => {
+      const parent = this.beams[k];
+      if (parent === null || total === -Infinity) return null;
+      if (finished[k]) return parent; // it stays, with its score
+      nodes.push({id: nodes.length, parent,
+        step: this.tree.steps.length + 1, piece: token, log_p: total, score,
+        finished: token === eosId, top: [], attention: null});
+      return nodes.length - 1;
+    });
+    const pruned = candidates.slice(K).filter(([score, , , k]) =>
+      this.beams[k] !== null && !finished[k] && score !== -Infinity)
+        .slice(0, K).map(([score, total, , k, token]) =>
+          ({parent: this.beams[k], piece: token, log_p: total, score}));
+    this.tree.steps.push({kept, pruned});
+    this.beams = kept;
+  }
+
+  /** The search returned beam `beam`: its node is the winner. */
+  end(beam) {
+    this.tree.winner = this.beams[beam];
+  }
 }
 
 /** The attention of a translation ys (<bos> first), re-read with teacher
@@ -339,16 +412,17 @@ export async function attention(model, srcIds, ys) {
 
 /** Greedy (beam = 1) or beam search with the run's settings: srcIds (S)
  *  -> ids, <bos> first. shortlist: the export's shortlist.json; each step
- *  scores the sentence's targets only. */
+ *  scores the sentence's targets only. trace: a SearchTree that a beam
+ *  search fills (greedy leaves it as it is). */
 export async function translateIds(model, vocab, srcIds, settings,
-    beam = null, shortlist = null) {
+    beam = null, shortlist = null, trace = null) {
   beam = beam ?? settings.beam;
   const limit = outputLimit(srcIds.length, settings);
   const targets = shortlist === null ? null :
     shortlistTargets(shortlist, srcIds, vocab.eosId);
   if (beam === 1) return greedy(model, vocab, srcIds, limit, targets);
   return beamSearch(model, vocab, srcIds, limit, beam,
-      settings.length_penalty, targets);
+      settings.length_penalty, targets, trace);
 }
 
 /** Translate sentences one by one; a sentence with no known piece gives

@@ -20,7 +20,9 @@
 //       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
 //       (the STEP_TOP most probable pieces), before the answer
 //       -> {id, value: {problem}} for a sentence or sampling settings it cannot use, with the reader's
-//          words, or {id, value: {english, ms, ids (S), ys (T + 1)}}, as soon as the search ends
+//          words, or {id, value: {english, ms, ids (S), ys (T + 1), source (S), tree}}, as soon as the
+//          search ends: source the German pieces; tree, for a beam search (else null), what it did:
+//          translator.mjs's SearchTree, pieces as text (readableTree), which beam_tree.mjs draws
 //   {id, kind: 'attention', ids, ys}
 //       the attention of a translation, asked once its English is on the page
 //       -> {id, value: {tokens, maps}}: tokens as the heat map reads them, {source (S), decoder_in (T),
@@ -29,8 +31,8 @@
 //   a failure answers {id, error: message}.
 
 import {checkSampling, checkSeed} from './sampling.mjs';
-import {OnnxModel, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample, sourceIds,
-  translateIds} from './translator.mjs';
+import {OnnxModel, SearchTree, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample,
+  sourceIds, translateIds} from './translator.mjs';
 
 let translator = null;  // {model, vocab, settings, shortlist}, once loaded
 // searched once while loading, greedy and with beam search: a first search pays for compiling the
@@ -130,8 +132,18 @@ export function topPieces(vocab, probs, k = STEP_TOP) {
   return order.map(i => [vocab.pieces[i], probs[i]]);
 }
 
-/** Greedy (beam 1), beam search or sampling of one sentence, timed; `post(step)` is told each draw of a
- * sampling. */
+/** A SearchTree's tree with each piece as its text: aiayn.decoding.trace.readable, numbers unrounded. */
+export function readableTree(vocab, {nodes, steps, winner}) {
+  const text = i => vocab.pieces[i];
+  return {
+    nodes: nodes.map(n => ({...n, piece: text(n.piece), top: n.top.map(([i, p]) => [text(i), p])})),
+    steps: steps.map(({kept, pruned}) => ({kept, pruned: pruned.map(c => ({...c, piece: text(c.piece)}))})),
+    winner,
+  };
+}
+
+/** Greedy (beam 1), beam search or sampling of one sentence, timed, with a beam search's tree; `post(step)`
+ * is told each draw of a sampling. */
 async function translate({sentence, beam, shortlist: listed = false, sampling = null}, post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab, settings} = translator;
@@ -140,14 +152,16 @@ async function translate({sentence, beam, shortlist: listed = false, sampling = 
   if (problem) return {problem};
   const refused = sampling === null ? null : checkSettings(sampling);
   if (refused) return {problem: refused};
+  const trace = sampling === null && beam > 1 ? new SearchTree() : null;  // the tree the page draws
   const started = performance.now();
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
   const ys = sampling === null  // <bos> first
-    ? await translateIds(model, vocab, ids, settings, beam, shortlist)
+    ? await translateIds(model, vocab, ids, settings, beam, shortlist, trace)
     : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
   const ms = performance.now() - started;
-  return {english: detokenize(vocab, ys), ms, ids, ys};
+  return {english: detokenize(vocab, ys), ms, ids, ys, source: ids.map(i => vocab.pieces[i]),
+    tree: trace && readableTree(vocab, trace.tree)};
 }
 
 /** The attention of a translation, source ids (S) and ys (T + 1), and the pieces the map labels. */
@@ -159,6 +173,7 @@ async function attend({ids, ys}) {
   return {
     tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
     maps: {encoder: maps.encoder, cross: maps.cross, decoder_self: maps.decoderSelf},
+    tree: trace && readableTree(vocab, trace.tree),
   };
 }
 
