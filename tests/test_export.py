@@ -261,3 +261,47 @@ def test_the_json_files_of_an_export_name_no_path(exported):
             if absolute.search(s) or any(p in s for p in places)
         ]
         assert not found, f"{name} names {found[:3]}"
+
+
+def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_path, one_thread):
+    """Every id's logit from one product with the tied weight (int8: the embedding's one copy,
+    transposed), then the targets' columns: no step gathers and dequantizes the weight's rows of
+    the targets, which with every id as targets cost the whole matrix each step (chapter 13.2)."""
+    import onnxruntime as ort
+
+    from aiayn.model import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=64, h=4, N=2))
+    graphs.export_graphs(model, tmp_path)
+    graphs.quantize_graphs(tmp_path)
+    weight = graphs.GENERATOR
+    for int8 in (False, True):
+        graph = onnx.load(tmp_path / graphs.graph_file("decoder_step", int8)).graph
+        made = {o: n for n in graph.node for o in n.output}
+        tables = [t for t in graph.initializer if t.name.startswith(weight) and len(t.dims) == 2]
+        assert [list(t.dims) for t in tables] == [[40, 32]], "one copy of the tied weight"
+        for node in graph.node:  # the embedding alone gathers the weight's rows, of the tokens
+            if node.op_type == "Gather" and node.input[0] == tables[0].name:
+                assert node.input[1] == "tokens", node
+        products = [n for n in graph.node if n.op_type in ("MatMulInteger", "Gemm", "MatMul")
+                    and any(i.startswith(weight) for i in n.input)]  # fmt: skip
+        assert len(products) == 1, products
+        if int8:  # the product reads the one int8 table, transposed
+            assert products[0].op_type == "MatMulInteger"
+            assert made[products[0].input[1]].op_type == "Transpose"
+            assert made[products[0].input[1]].input[0] == tables[0].name
+    # the float32 step's log-probabilities are the model's, over every id or a few
+    session = ort.InferenceSession(str(tmp_path / "decoder_step.onnx"), providers=["CPUExecutionProvider"])
+    src, prefix = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 5, 6]])
+    memory = model.encode(src, (src != 0)[:, None, None, :])
+    cross_k, cross_v = graphs.CrossKVGraph(model)(memory)
+    empty = cross_k[:, :, :, :0].detach().numpy()
+    expected = model(src, prefix)[:, -1].log_softmax(-1)  # (1, V)
+    for targets in (torch.arange(40), torch.tensor([2, 9, 17, 33])):
+        feeds = {"tokens": prefix.numpy(), "src": src.numpy(), "cross_k": cross_k.detach().numpy(),
+                 "cross_v": cross_v.detach().numpy(), "past_k": empty, "past_v": empty,
+                 "targets": targets.numpy()}  # fmt: skip
+        (got,) = session.run(["log_probs"], feeds)
+        want = expected[:, targets].log_softmax(-1).detach().numpy()
+        np.testing.assert_allclose(got, want, atol=1e-5)

@@ -281,3 +281,23 @@ def test_the_committed_embedding_map_is_the_published_models(published, root):
     model, tokenizer = published
     again = json.loads(json.dumps(embedding_map(model, tokenizer, load_multi30k("train", root, download=False))))
     _same(load_embedding_map(), again)
+
+
+def test_the_page_timing_record_is_its_own_times():
+    """translator_timing.json (tools/translator_timing.py, read by chapter 13.2): each median and ratio is that of the
+    times it lists, the searches wrote English, and both pages download no more than the issue's 52 MB."""
+    import statistics
+
+    record = json.loads((RESULTS / "translator_timing.json").read_text())
+    assert set(record["searches"]) == {"greedy", "beam4"}
+    for search in record["searches"].values():
+        for page in ("old", "new"):
+            times = search["ms"][page]
+            assert len(times) == record["rounds"] and min(times) > 0
+            assert search["median_ms"][page] == statistics.median(times)
+            assert search["range_ms"][page] == [min(times), max(times)]
+            assert search["english"][page].strip()
+        ratio = search["median_ms"]["new"] / search["median_ms"]["old"]
+        assert search["new_over_old"] == round(ratio, 3)
+    assert all(0 < n <= 52e6 for n in record["download_bytes"].values())
+    assert record["command"].startswith("python tools/translator_timing.py")

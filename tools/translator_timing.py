@@ -1,7 +1,7 @@
 """Time chapter 11.4's translator in Chromium: two builds of the page, interleaved in one browser run.
 
     python tools/translator_timing.py --make-old /tmp/site-old --commit COMMIT --export DIR
-    python tools/translator_timing.py --old /tmp/site-old [--new _build/html] [--rounds 7]
+    python tools/translator_timing.py --old /tmp/site-old [--new _build/html] [--rounds 7] [--out FILE]
 
 The first command makes the page as it was at COMMIT from the new build (``--new``): the same site,
 with COMMIT's page modules (``src/aiayn/web/*.mjs``) and the model files that COMMIT's
@@ -132,6 +132,41 @@ def measure(old: Path, new: Path, rounds: int) -> dict:
     return {"times": times, "english": english, "browser": version}
 
 
+def record(found: dict, args: argparse.Namespace) -> dict:
+    """What ``--out`` writes: each page's times, medians and download, and the ratios of the medians."""
+    from datetime import date
+
+    searches = {}
+    for beam, key in ((False, "greedy"), (True, "beam4")):
+        times = {name: found["times"][name, beam] for name in ("old", "new")}
+        medians = {name: statistics.median(ts) for name, ts in times.items()}
+        searches[key] = {
+            "ms": times,
+            "median_ms": medians,
+            "range_ms": {name: [min(ts), max(ts)] for name, ts in times.items()},
+            "new_over_old": round(medians["new"] / medians["old"], 3),
+            "english": {name: found["english"][name, beam] for name in ("old", "new")},
+        }
+    download = {}
+    for name, folder in (("old", args.old), ("new", args.new)):
+        site = json.loads((folder / TRANSLATOR / "site.json").read_text())
+        download[name] = site["download"]["bytes"]
+    return {
+        "what": "chapter 11.4's search of one caption, the milliseconds the page shows (the search alone, in its "
+        "worker, one WebAssembly thread), the old and the new build interleaved in one browser",
+        "sentence": SENTENCE,
+        "rounds": args.rounds,
+        "old": args.old_commit or str(args.old.name),
+        "searches": searches,
+        "download_bytes": download,
+        "browser": f"Chromium {found['browser']} headless",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs",
+        "command": "python tools/translator_timing.py --old OLD --rounds "
+        f"{args.rounds} --out src/aiayn/results/translator_timing.json",
+        "measured_at": date.today().isoformat(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new", type=Path, default=ROOT / "_build" / "html", help="the new build (_build/html)")
@@ -140,6 +175,8 @@ def main() -> None:
     parser.add_argument("--make-old", type=Path, help="make the old build here instead of timing")
     parser.add_argument("--commit", help="with --make-old: the commit whose page to rebuild")
     parser.add_argument("--export", type=Path, help="with --make-old: an export that holds its model files")
+    parser.add_argument("--out", type=Path, help="also write the times as JSON here")
+    parser.add_argument("--old-commit", default="", help="with --out: the commit the old build is of, for the record")
     args = parser.parse_args()
     if args.make_old:
         if not (args.commit and args.export):
@@ -149,6 +186,8 @@ def main() -> None:
     if args.old is None:
         parser.error("--old is required (or --make-old to make it)")
     found = measure(args.old, args.new, args.rounds)
+    if args.out:
+        args.out.write_text(json.dumps(record(found, args), indent=1) + "\n")
     print(f"{SENTENCE!r}, {args.rounds} rounds, old and new interleaved; {found['browser']} headless, "
           f"one WebAssembly thread; {platform.machine()}, {os.cpu_count()} cores")
     for beam, label in ((False, "greedy"), (True, "beam 4")):

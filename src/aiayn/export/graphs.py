@@ -203,12 +203,12 @@ class DecoderStepGraph(nn.Module):
     ``tokens (B, L)`` are positions ``P .. P + L - 1`` (no padding among them), ``past_k`` and
     ``past_v (N, B, h, P, d_k)`` the self-attention keys and values of positions ``0 .. P - 1``
     (``P = 0``: none yet), ``cross_k`` and ``cross_v`` what ``CrossKVGraph`` gives, ``targets
-    (K,)`` the ids to score: the generator's rows of those ids only, the log-softmax over them.
-    Returns the log-probabilities of the token after the last one over the targets ``(B, K)``,
-    ``present_k`` and
-    ``present_v`` (the cache grown by L positions), and the attention weights of the new
-    positions. Searching, L is 1; with ``P = 0``, the whole prefix and every id as targets it is
-    ``DecoderGraph``.
+    (K,)`` the ids to score: the output layer gives every id's logit (one product with the constant
+    weight, int8 in the int8 graph), then picks the targets' columns and takes the log-softmax over
+    them. Returns the log-probabilities of the token after the last one over the targets
+    ``(B, K)``, ``present_k`` and ``present_v`` (the cache grown by L positions), and the attention
+    weights of the new positions. Searching, L is 1; with ``P = 0``, the whole prefix and every id
+    as targets it is ``DecoderGraph``.
     """
 
     def __init__(self, model: nn.Module):
@@ -249,10 +249,9 @@ class DecoderStepGraph(nn.Module):
             x = layer.sublayers[1](x, attend_source)
             x = layer.sublayers[2](x, layer.feed_forward)
         x = m.decoder.norm(x)
-        g = m.generator  # only the rows of the targets: (K, d_model)
-        rows = g.weight.index_select(0, targets)  # a Gather of int8 rows
-        bias = g.bias.index_select(0, targets)  # (K,)
-        logits = torch.addmm(bias, x[:, -1], rows.T)  # Gemm: (B, K)
+        # every id's logit, a product with the constant (int8) weight, then
+        # the targets' columns: (B, V) -> (B, K)
+        logits = m.generator(x[:, -1]).index_select(1, targets)
         log_probs = logits.float().log_softmax(-1)  # (B, K)
         # (B, K), (N, B, h, P + L, d_k) twice, (N, B, h, L, S), (N, B, h, L, P + L)
         return (
@@ -287,47 +286,6 @@ def _save_graph(graph: nn.Module, args, names, outputs, shapes, path: Path):
     for node in program.model.graph.all_nodes():
         node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
     program.save(str(path))
-    _gemm_reads_rows(path)
-
-
-def _gemm_reads_rows(path: Path) -> None:
-    """``Gemm(x, Transpose(rows))`` as ``Gemm(x, rows, transB=1)``: the step's shortlist
-    product takes the gathered rows as they are, so that the int8 graph transposes the rows'
-    int8 values at every step, not their floats (the caption's greedy search, onnxruntime-web in
-    Node: 43 -> 38 ms)."""
-    import onnx
-
-    model = onnx.load(str(path))
-    graph = model.graph
-    made = {o: n for n in graph.node for o in n.output}
-    readers = {}
-    for n in graph.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-    folded = []
-    for n in graph.node:
-        t = made.get(n.input[1]) if n.op_type == "Gemm" else None
-        attrs = {
-            a.name: onnx.helper.get_attribute_value(a) for a in n.attribute
-        }
-        if (
-            t is None
-            or t.op_type != "Transpose"
-            or list(onnx.helper.get_attribute_value(t.attribute[0]))
-            != [1, 0]
-            or attrs.get("transB", 0)
-            or readers[t.output[0]] != 1
-        ):
-            continue
-        n.input[1] = t.input[0]
-        for a in n.attribute:
-            if a.name == "transB":
-                a.i = 1
-        folded.append(t)
-    if folded:
-        for t in folded:
-            graph.node.remove(t)
-        onnx.save(model, str(path))
 
 
 def export_graphs(
@@ -394,22 +352,55 @@ def export_graphs(
     return paths
 
 
-def _bias_gathers(path: Path) -> list[str]:
-    """The nodes that pick the generator's bias of the targets: their float32
-    values stay (as the bias of every other product)."""
+# the output layer's weight, tied to the target embeddings
+GENERATOR = "model.generator.weight"
+
+
+def _one_generator_copy(path: Path) -> None:
+    """One int8 copy of the tied weight ``W (V, d_model)``, read by the embedding and the output layer.
+
+    ``quantize_dynamic`` quantizes it twice: ``W`` for the embedding's Gather and ``W^T (d_model, V)``
+    for the output layer's product, another 4 MB to download. The product reads
+    ``Transpose(W_quantized)`` with ``W``'s scale and zero point instead: the same int8 values
+    transposed, which onnxruntime folds into a constant when it loads the graph. A graph without both
+    copies is left as it is.
+    """
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return [
-        n.name
-        for n in graph.node
-        if n.op_type == "Gather" and n.input[0] == "model.generator.bias"
-    ]
+    model = onnx.load(str(path))
+    graph = model.graph
+    # (V, d_model) and (d_model, V), each with a _scale and a _zero_point
+    first, second = f"{GENERATOR}_quantized", f"{GENERATOR}_Transposed"
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    if not {first, f"{second}_quantized"} <= dims.keys():
+        return
+    if dims[first][::-1] != dims[f"{second}_quantized"]:
+        raise ValueError(
+            f"{path.name}: expected {second}_quantized to be {first} "
+            f"transposed, got shapes {dims[f'{second}_quantized']} and "
+            f"{dims[first]}"
+        )
+    renamed = {
+        f"{second}_scale": f"{GENERATOR}_scale",
+        f"{second}_zero_point": f"{GENERATOR}_zero_point",
+    }
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = renamed.get(name, name)
+    for t in [t for t in graph.initializer if t.name.startswith(second)]:
+        graph.initializer.remove(t)
+    transpose = onnx.helper.make_node(
+        "Transpose", [first], [f"{second}_quantized"], perm=[1, 0],
+        name="generator_weight_transposed",
+    )  # fmt: skip
+    graph.node.insert(0, transpose)
+    onnx.save(model, str(path))
 
 
 def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
     """int8 copies of the graphs: the weights of every matrix product and the embedding table as
-    int8 with a scale, activations quantized on the fly (``quantize_dynamic``)."""
+    int8 with a scale, activations quantized on the fly (``quantize_dynamic``); the tied embedding
+    and output weight once (``_one_generator_copy``)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     paths = []
@@ -419,12 +410,8 @@ def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
             target = out / graph_file(name, True)
             bar.set_postfix_str(target.name)
             source = out / graph_file(name, False)
-            quantize_dynamic(
-                source,
-                target,
-                weight_type=QuantType.QInt8,
-                nodes_to_exclude=_bias_gathers(source),
-            )
+            quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+            _one_generator_copy(target)
             paths.append(target)
             bar.update()
     return paths
