@@ -450,6 +450,7 @@ class PageReport:
     external: list[str] = field(default_factory=list)
     failed_local: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    console_warnings: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
     settled: bool = False
     settle_error: str = ""
@@ -466,7 +467,7 @@ class PageReport:
 
 
 def watch(page, base: str) -> PageReport:
-    """Record every request, failed local load, console error and page error of a page."""
+    """Record every request, failed local load, console error or warning and page error of a page."""
     report = PageReport(url="")
 
     def on_request(request):
@@ -483,10 +484,11 @@ def watch(page, base: str) -> PageReport:
             report.failed_local.append(f"{request.failure} {request.url}")
 
     def on_console(message):
-        if message.type == "error":
+        if message.type in ("error", "warning"):
             location = message.location or {}
-            where = location.get("url", "")
-            report.console_errors.append(f"{message.text} ({where}:{location.get('lineNumber', '')})")
+            where = location.get("url", "").removeprefix(base)
+            said = report.console_errors if message.type == "error" else report.console_warnings
+            said.append(f"{message.text} ({where}:{location.get('lineNumber', '')})")
 
     page.on("request", on_request)
     page.on("response", on_response)
