@@ -246,3 +246,26 @@ def test_translate_with_the_published_model(published):
     assert translate(model, tokenizer, sentences, beam=1, head_mask=no_cross) != plain
     with pytest.raises(ValueError, match=r"shape \(3, 3, 8\)"):
         translate(model, tokenizer, sentences, head_mask=torch.ones(3, 6, 8))
+
+
+def test_evaluate_scores_a_masked_model_under_its_own_setting(tmp_path):
+    from conftest import PUBLISHED
+
+    from aiayn.runs.scoring import evaluate
+
+    def run(mask, out):
+        return evaluate(PUBLISHED, limit=4, beam=1, device="cpu", out_dir=tmp_path / out, head_mask=mask)
+
+    plain = run(None, "plain")
+    same = run(torch.ones(3, 3, 8), "same")
+    no_cross = torch.ones(3, 3, 8)
+    no_cross[2] = 0.0
+    other = run(no_cross, "other")
+    assert same.setting == plain.setting and "heads" not in plain.setting
+    assert other.setting.startswith(plain.setting + ".heads")
+    read = (tmp_path / "plain" / plain.hypotheses_file).read_text
+    assert (tmp_path / "same" / same.hypotheses_file).read_text() == read()
+    assert (tmp_path / "other" / other.hypotheses_file).read_text() != read()
+    assert other.loss > plain.loss
+    with pytest.raises(ValueError, match="head_mask: expected a float tensor of shape"):
+        run(torch.ones(3, 8), "bad")
