@@ -22,7 +22,9 @@ threads. Scores are cased sacreBLEU with its default tokenizer (13a), as ``aiayn
 them. ``--out`` (default ``src/aiayn/results/multi30k.head_ablation.json``) is rewritten atomically
 the moment each figure exists, and a second call goes on where the first stopped; a file written
 with another model, split, limit or decoding is refused. Each entry holds its BLEU, the number of
-translations that differ from the full model's, and its seconds.
+translations that differ from the full model's, its seconds, and the paired bootstrap of its
+change against the full model (``aiayn.bleu.paired_bootstrap``: 1,000 resamples of the
+sentences, sacreBLEU's seed): the 95 % interval ``low``..``high`` and the ``p_value``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from aiayn.bleu import paired_bootstrap
 from aiayn.data.multi30k import load_multi30k
 from aiayn.decoding.translate import translate
 from aiayn.files import atomic_write
@@ -221,6 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             "changed": changed,
             "seconds": round(seconds, 2),
         }
+        if (
+            key != "full"
+        ):  # the change against the full model, with its noise
+            paired = paired_bootstrap(full_lines, lines, references)
+            entry.update(
+                low=round(paired.low, 3),
+                high=round(paired.high, 3),
+                p_value=round(paired.p_value, 4),
+            )
         if kept is not None:
             entry["kept"] = kept
         results[key] = entry
