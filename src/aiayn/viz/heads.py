@@ -7,6 +7,8 @@ Reads the record ``tools/head_ablation.py`` writes (``results/multi30k.head_abla
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
@@ -41,7 +43,8 @@ def _entries(record: dict, part: str) -> list[tuple[list[str], dict]]:
 
 def head_ablation_frame(record: dict) -> pd.DataFrame:
     """One row per head removed alone: ``kind``, ``layer``, ``head`` (from 1), ``bleu``,
-    ``change`` (its BLEU minus the full model's) and ``changed`` (translations that differ)."""
+    ``change`` (its BLEU minus the full model's), ``changed`` (translations that differ) and
+    ``low``, ``high`` (the change's 95 % paired bootstrap interval; ``NaN`` if not measured)."""
     heads = _entries(record, "head")
     full = record["results"]["full"]["bleu"]
     rows = [
@@ -52,10 +55,21 @@ def head_ablation_frame(record: dict) -> pd.DataFrame:
             "bleu": entry["bleu"],
             "change": entry["bleu"] - full,
             "changed": entry["changed"],
+            "low": entry.get("low", math.nan),
+            "high": entry.get("high", math.nan),
         }
         for (kind, n, i), entry in heads
     ]
-    columns = ["kind", "layer", "head", "bleu", "change", "changed"]
+    columns = [
+        "kind",
+        "layer",
+        "head",
+        "bleu",
+        "change",
+        "changed",
+        "low",
+        "high",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -120,6 +134,8 @@ def head_ablation_chart(
             "head:O",
             alt.Tooltip("bleu:Q", format=".2f", title="BLEU without it"),
             alt.Tooltip("change:Q", format="+.2f"),
+            alt.Tooltip("low:Q", format="+.2f", title="95 % interval from"),
+            alt.Tooltip("high:Q", format="+.2f", title="to"),
             alt.Tooltip("changed:Q", title="translations changed"),
         ],
     )
