@@ -59,6 +59,8 @@ def test_the_head_frame_has_a_row_per_head_counted_from_one():
 def test_the_layer_frame_leaves_missing_figures_empty():
     frame = viz.layer_ablation_frame(a_record())
     assert len(frame) == 3 * 2
+    assert list(frame["kind"]) == [k for k in viz.KIND_NAMES.values() for _ in range(2)]
+    assert list(frame["layer"]) == [1, 2] * 3
     cross = frame[frame["kind"] == "cross-attention"].set_index("layer")
     assert cross.loc[1, "without_layer"] == -12.0
     assert cross.loc[2, "one_head"] == -5.0 and cross.loc[2, "kept"] == 3

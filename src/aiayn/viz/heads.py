@@ -96,8 +96,9 @@ def layer_ablation_frame(record: dict) -> pd.DataFrame:
             if "kept" in entry:
                 row["kept"] = entry["kept"] + 1
     columns = ["kind", "layer", "without_layer", "one_head", "kept"]
-    frame = pd.DataFrame(list(rows.values()), columns=columns)
-    return frame.sort_values(["kind", "layer"], ignore_index=True)
+    order = list(KIND_NAMES)  # encoder, decoder self, cross
+    keys = sorted(rows, key=lambda key: (order.index(key[0]), key[1]))
+    return pd.DataFrame([rows[key] for key in keys], columns=columns)
 
 
 def head_ablation_chart(
