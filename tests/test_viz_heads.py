@@ -138,3 +138,25 @@ def test_the_shipped_full_score_is_the_sacrebleu_of_its_translations():
     assert math.isclose(score, record["results"]["full"]["bleu"], abs_tol=1e-9)
     heads = [e for k, e in record["results"].items() if k.startswith("head:")]
     assert heads and all(e["low"] <= e["high"] and 0 < e["p_value"] <= 1 for e in heads)
+
+
+def test_the_tool_writes_each_figure_resumes_and_refuses_another_setting(tool, tmp_path, capsys, monkeypatch):
+    from conftest import PUBLISHED
+
+    monkeypatch.setenv("AIAYN_MODEL", str(PUBLISHED))
+    out = tmp_path / "heads.json"
+    assert tool.main(["--out", str(out), "--limit", "3", "--parts", "full,layers"]) == 0
+    record = json.loads(out.read_text())
+    assert sorted(record["results"]) == ["full"] + sorted(f"layer:{k}:{n}" for k in HEAD_KINDS for n in range(3))
+    assert record["sentences"] == 3 and len(record["full_lines"]) == 3
+    assert record["results"]["layer:cross:2"]["changed"] >= 1  # the decoder no longer reads the source there
+    capsys.readouterr()
+    assert tool.main(["--out", str(out), "--limit", "3", "--parts", "full,layers"]) == 0
+    assert "10 figures held, 0 to measure" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="measure the heads first"):
+        tool.main(["--out", str(out), "--limit", "3", "--parts", "keep_one"])
+    with pytest.raises(SystemExit, match="another sentences"):
+        tool.main(["--out", str(out), "--limit", "4", "--dry-run"])
+    out.write_text("not json")
+    with pytest.raises(SystemExit, match="is not a record of this tool"):
+        tool.main(["--out", str(out), "--dry-run"])

@@ -139,7 +139,18 @@ def _load(path: Path, header: dict) -> dict:
     """The record so far at ``path`` (a new one if none), refused if written otherwise."""
     if not path.exists():
         return {**header, "results": {}}
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SystemExit(
+            f"{path} is not a record of this tool ({error}); pass another --out"
+        ) from error
+    if not isinstance(record, dict) or not isinstance(
+        record.get("results"), dict
+    ):
+        raise SystemExit(
+            f"{path} is not a record of this tool (no results); pass another --out"
+        )
     differs = [k for k in header if record.get(k) != header[k]]
     if differs:
         raise SystemExit(
@@ -206,6 +217,14 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(
                 "the full model's figure comes first: add full to --parts"
             )
+        if what and what[0] == "keep_one":
+            kind, n = HEAD_KINDS[what[1]], what[2]
+            heads = [f"head:{kind}:{n}:{i}" for i in range(shape[2])]
+            if any(head not in results for head in heads):
+                raise SystemExit(
+                    f"{key} keeps the head whose removal alone cost most: "
+                    "measure the heads first (add heads to --parts)"
+                )
         mask, kept = mask_for(what, shape, results)
         start = time.perf_counter()
         lines = translate(
