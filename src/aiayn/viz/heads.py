@@ -126,8 +126,11 @@ def head_ablation_chart(
     cells = base.mark_rect().encode(
         color=alt.Color(
             "change:Q",
-            title="BLEU change",
+            title="BLEU change (red: a loss, blue: a gain)",
             scale=alt.Scale(scheme="redblue", domain=[-reach, reach]),
+            legend=alt.Legend(
+                orient="bottom", gradientLength=300, titleLimit=400
+            ),
         ),
         tooltip=[
             "kind:N",
