@@ -8,6 +8,8 @@ refused with what was expected.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -27,6 +29,8 @@ from aiayn.model import (
 )
 
 PAD, BOS, EOS, V = 0, 1, 2, 16
+# the published model, read only (as tests/conftest.py finds it)
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -249,8 +253,6 @@ def test_translate_with_the_published_model(published):
 
 
 def test_evaluate_scores_a_masked_model_under_its_own_setting(tmp_path):
-    from conftest import PUBLISHED
-
     from aiayn.runs.scoring import evaluate
 
     def run(mask, out):

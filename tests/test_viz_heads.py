@@ -19,6 +19,8 @@ from aiayn import viz
 from aiayn.model import HEAD_KINDS
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "head_ablation.py"
+# the published model, read only (as tests/conftest.py finds it)
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
 RESULTS = Path(viz.__file__).resolve().parents[1] / "results" / "multi30k.head_ablation.json"
 
 
@@ -141,8 +143,6 @@ def test_the_shipped_full_score_is_the_sacrebleu_of_its_translations():
 
 
 def test_the_tool_writes_each_figure_resumes_and_refuses_another_setting(tool, tmp_path, capsys, monkeypatch):
-    from conftest import PUBLISHED
-
     monkeypatch.setenv("AIAYN_MODEL", str(PUBLISHED))
     out = tmp_path / "heads.json"
     assert tool.main(["--out", str(out), "--limit", "3", "--parts", "full,layers"]) == 0
