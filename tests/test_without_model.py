@@ -26,9 +26,10 @@ BOOK = ROOT / "book"
 PAGES = {
     "11_translate_multi30k.ipynb": {"skipped": 1, "lines": [], "charts": 1},  # the curves
     "11_2_heads_and_errors.ipynb": {
-        "skipped": 2,
+        "skipped": 3,
         "lines": ["no model here: these maps were computed with it, to 0.001"],
-        "charts": 3,  # the attention explorer, the BLEU histogram and the length bands
+        # the attention explorer, the heads' BLEU costs, the BLEU histogram and the length bands
+        "charts": 4,
     },
     "11_3_decoding_and_your_own_model.ipynb": {
         "skipped": 3,

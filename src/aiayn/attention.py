@@ -36,6 +36,7 @@ __all__ = [
     "set_fused",
     "PreparedMask",
     "prepare_mask",
+    "check_head_mask",
 ]
 
 
@@ -268,6 +269,9 @@ class MultiHeadAttention(nn.Module):
         self.use_fused = fused
         self.temperature = temperature
         self.attn: torch.Tensor | None = None
+        # (h,) of 0 and 1, each head's output times its number before W^O;
+        # None: every head (set by ``model.set_head_mask``)
+        self.head_mask: torch.Tensor | None = None
 
     def check_inputs(
         self,
@@ -343,14 +347,25 @@ class MultiHeadAttention(nn.Module):
         if self.use_fused if fused is None else fused:
             p = self.dropout.p if self.training else 0.0
             self.attn = None
-            return _fused_attention(q, k, v, mask, p, self.temperature)
+            heads = _fused_attention(q, k, v, mask, p, self.temperature)
+            return self.masked_heads(heads)
         if isinstance(mask, PreparedMask):
             mask = mask.mask
         heads, weights = scaled_dot_product_attention(
             q, k, v, mask, self.dropout, self.temperature
         )
         self.attn = weights.detach()  # (B, h, L_q, L_k)
-        return heads
+        return self.masked_heads(heads)
+
+    def masked_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """``heads`` ``(B, h, L_q, d_v)`` times ``self.head_mask``: a head at 0 gives nothing to W^O.
+
+        Michel et al. (2019) switch heads off at test time so; a mask of ones changes no bit.
+        """
+        if self.head_mask is None:
+            return heads
+        m = self.head_mask.to(dtype=heads.dtype, device=heads.device)
+        return heads * m.view(1, self.h, 1, 1)  # (B, h, L_q, d_v)
 
     def projections(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
@@ -371,6 +386,39 @@ class MultiHeadAttention(nn.Module):
             f"d_model={self.d_model}, h={self.h}, d_k={self.d_k}, "
             f"d_v={self.d_v}, fused={self.use_fused}"
         )
+
+
+def check_head_mask(mask: object, shape: tuple[int, ...]) -> torch.Tensor:
+    """Return ``mask`` if it is a floating-point tensor of ``shape`` holding only 0 and 1.
+
+    Raises a ``TypeError`` (not a tensor, not floating point) or a ``ValueError`` (another
+    shape, a value that is not finite or neither 0 nor 1) that says what was expected.
+    """
+    want = f"a float tensor of shape {tuple(shape)} holding 0 and 1"
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(
+            f"head_mask: expected {want}, got {type(mask).__name__}"
+        )
+    if not mask.dtype.is_floating_point:
+        raise TypeError(
+            f"head_mask: expected {want}, got dtype {mask.dtype} "
+            "(use mask.float())"
+        )
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(
+            f"head_mask: expected {want}, got shape {tuple(mask.shape)}"
+        )
+    values = mask.detach()
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(
+            f"head_mask: expected {want}, got a value that is not finite"
+        )
+    if not bool(((values == 0) | (values == 1)).all()):
+        other = values[(values != 0) & (values != 1)][0].item()
+        raise ValueError(
+            f"head_mask: expected {want}, got the value {other:g}"
+        )
+    return mask
 
 
 class set_fused:  # lower case like torch.set_grad_enabled, which it imitates

@@ -10,13 +10,14 @@ returns logits (the pre-softmax scores), not log-probabilities.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from .attention import set_fused
+from .attention import MultiHeadAttention, check_head_mask, set_fused
 from .checks import check_positive, check_token_dtype
 from .embeddings import (
     Embeddings,
@@ -33,7 +34,12 @@ __all__ = [
     "TABLE3_PAPER_PARAMS",
     "Transformer",
     "count_parameters",
+    "HEAD_KINDS",
+    "set_head_mask",
 ]
+
+# the three kinds of attention, in the order of a head mask's first axis
+HEAD_KINDS = ("encoder", "decoder_self", "cross")
 
 # Table 3 of the paper as overrides of the base model. Every architectural row can be built:
 # (A) and (C) keep d_k = d_v = d_model / h; (B) shrinks only d_k, which MultiHeadAttention supports.
@@ -349,6 +355,7 @@ class Transformer(nn.Module):
         tgt: torch.Tensor,
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Encode ``src``, decode ``tgt`` and project to the vocabulary.
 
@@ -357,6 +364,8 @@ class Transformer(nn.Module):
             tgt: ``(B, T)`` decoder input ids (the target shifted right).
             src_mask: boolean ``(B, 1, 1, S)``; ``None`` builds it from ``config.pad_id``.
             tgt_mask: boolean ``(B, 1, T, T)``; ``None`` builds it from ``config.pad_id``.
+            head_mask: float ``(3, N, h)`` of 0 and 1 (``set_head_mask``) for this call;
+                ``None``: the heads as they are set.
 
         Returns:
             logits ``(B, T, V)`` (apply ``log_softmax`` for log-probabilities).
@@ -364,9 +373,31 @@ class Transformer(nn.Module):
         if src_mask is None:
             self._check_tokens(src, "src")
             src_mask = padding_mask(src, self.config.pad_id)
-        memory = self.encode(src, src_mask)  # (B, S, d_model)
-        x = self.decode(memory, src_mask, tgt, tgt_mask)  # (B, T, d_model)
-        return self.generator(x)  # (B, T, V)
+        switch = (
+            contextlib.nullcontext()
+            if head_mask is None
+            else set_head_mask(self, head_mask)
+        )
+        with switch:
+            memory = self.encode(src, src_mask)  # (B, S, d_model)
+            x = self.decode(
+                memory, src_mask, tgt, tgt_mask
+            )  # (B, T, d_model)
+            return self.generator(x)  # (B, T, V)
+
+    @property
+    def head_mask_shape(self) -> tuple[int, int, int]:
+        """``(3, N, h)``: the shape of a head mask (``set_head_mask``)."""
+        return len(HEAD_KINDS), self.config.N, self.config.h
+
+    def attention_grid(self) -> list[list[MultiHeadAttention]]:
+        """The attention modules as a head mask lays them out: ``[kind][layer]``, kinds ``HEAD_KINDS``."""
+        enc, dec = self.encoder.layers, self.decoder.layers
+        return [
+            [layer.self_attn for layer in enc],
+            [layer.self_attn for layer in dec],
+            [layer.cross_attn for layer in dec],
+        ]
 
     def attention_maps(self) -> dict[str, list[torch.Tensor]]:
         """The attention weights of the last forward pass (explicit path), one tensor per layer.
@@ -386,6 +417,41 @@ class Transformer(nn.Module):
                 "(fused attention keeps none; use `with set_fused(model, False): model(src, tgt)`)"
             )
         return maps
+
+
+class set_head_mask:  # lower case like set_fused, which it follows
+    """Switch attention heads off: each head's output times its 0 or 1, before W^O.
+
+    ``mask`` is a float tensor ``(3, N, h)``: kind (``HEAD_KINDS``: encoder self-attention,
+    decoder self-attention, cross-attention) × layer × head; ``None`` switches every head on. It
+    is set on the attention modules themselves, so every decoder and engine path that runs them
+    honours it (the key/value cache, fast twins, an int8 copy made inside the block). A mask that
+    requires grad keeps its graph (Michel et al.'s importance is its gradient). Takes effect at
+    once; used as a context manager, it restores each module's previous mask on exit::
+
+        with set_head_mask(model, mask):
+            lines = translate(model, tokenizer, sentences)
+
+    Args:
+        model: a ``Transformer``.
+        mask: float ``(3, N, h)`` holding 0 and 1, or ``None``.
+    """
+
+    def __init__(self, model: Transformer, mask: torch.Tensor | None):
+        grid = model.attention_grid()  # (3, N) modules
+        if mask is not None:
+            check_head_mask(mask, model.head_mask_shape)
+        self.previous = [(m, m.head_mask) for row in grid for m in row]
+        for k, row in enumerate(grid):
+            for n, m in enumerate(row):
+                m.head_mask = None if mask is None else mask[k, n]  # (h,)
+
+    def __enter__(self) -> set_head_mask:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for m, was in self.previous:
+            m.head_mask = was
 
 
 def count_parameters(model: nn.Module) -> int:

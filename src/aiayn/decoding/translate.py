@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from ..attention import check_head_mask
 from ..checks import check_int
 from ..data.multi30k import (
     BOS,
@@ -33,7 +34,7 @@ from ..data.multi30k import (
 )
 from ..engine.precision import cpu_has_native_bf16, int8_copy
 from ..engine.switch import set_fast
-from ..model import Transformer
+from ..model import Transformer, set_head_mask
 from .search import decode_sorted
 from .strategies import pick
 
@@ -209,6 +210,7 @@ def translate(
     onednn: bool = True,
     progress: bool = False,
     strategy: str | None = None,
+    head_mask: torch.Tensor | None = None,
 ) -> list[str]:
     """Translate ``sentences`` and return detokenized strings, in input order.
 
@@ -258,10 +260,14 @@ def translate(
         strategy: the search by its name in ``aiayn.decoding.strategies`` (``"greedy"``,
             ``"beam"`` or one registered there); ``None``: ``"beam"`` if ``beam > 1``, else
             ``"greedy"``.
+        head_mask: float ``(3, N, h)`` of 0 and 1: the heads switched off (at 0) while
+            translating (``model.set_head_mask``); ``None``: the heads as they are set.
     """
     start = time.perf_counter()
     options = beam, batch_size, max_len_a, max_len_b, quantize, amp_dtype
     _check_translate_options(model, tokenizer, *options, strategy)
+    if head_mask is not None:
+        check_head_mask(head_mask, model.head_mask_shape)
     ids = source_ids(tokenizer, sentences, model.config.max_len, cut_long)
     # the sentences to decode; a blank one (None) translates to ""
     todo = [i for i, s in enumerate(ids) if s is not None]
@@ -269,7 +275,16 @@ def translate(
         return ["" for _ in ids]
     fast = model.config.fused_attention if fast is None else fast
     bar = _sentence_bar(len(todo), progress)
-    with bar, _decoding_engine(model, fast, quantize, amp_dtype) as engine:
+    heads = (
+        contextlib.nullcontext()
+        if head_mask is None
+        else set_head_mask(model, head_mask)  # before an int8 copy is made
+    )
+    with (
+        bar,
+        heads,
+        _decoding_engine(model, fast, quantize, amp_dtype) as engine,
+    ):
         outputs = decode_sorted(
             engine, [ids[i] for i in todo], BOS, EOS, beam, length_penalty,
             batch_size, max_len_a, max_len_b, use_cache=True, prune=prune,

@@ -8,6 +8,7 @@ folder holds. ``python -m aiayn.evaluate`` is its command.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from ..decoding.translate import (
     describe_decoding,
     translate,
 )
+from ..model import set_head_mask
 from ..training.batches import eval_batches
 from ..training.step import amp_dtype_for, mean_loss
 from .folder import (
@@ -80,11 +82,14 @@ def setting_name(
     average: bool,
     quantize: str | None = None,
     amp_dtype: torch.dtype | None | Literal["config"] = "config",
+    head_mask: torch.Tensor | None = None,
 ) -> str:
     """The key of a decoding setting: the split alone for the run's own setting, else what differs.
 
     ``test2016`` (the config's beam, α, subset, averaged weights, dtype), ``test2016.beam1``,
-    ``test2016.beam4.lp1``, ``val.n5.final``, ``test2016.int8``, ``test2016.bf16`` ...
+    ``test2016.beam4.lp1``, ``val.n5.final``, ``test2016.int8``, ``test2016.bf16`` ...; a head
+    mask with a head at 0 adds ``.heads`` and the first 8 hex digits of the SHA-256 of its 0s
+    and 1s (``test2016.heads3f2a9c1b``).
     """
     name = split
     if beam != cfg.beam:
@@ -99,6 +104,9 @@ def setting_name(
         name += f".{quantize}"
     if amp_dtype != "config":  # a dtype asked for, not the config's
         name += "." + AMP_NAMES[amp_dtype]
+    if head_mask is not None and not bool((head_mask == 1).all()):
+        bits = "".join("01"[int(v)] for v in head_mask.flatten().tolist())
+        name += ".heads" + hashlib.sha256(bits.encode()).hexdigest()[:8]
     return name
 
 
@@ -139,6 +147,7 @@ def evaluate(
     quantize: str | None = None,
     amp_dtype: torch.dtype | None | Literal["config"] = "config",
     progress: bool = False,
+    head_mask: torch.Tensor | None = None,
 ) -> EvalResult:
     """Translate a split with a trained run and score it: our BLEU, sacreBLEU, loss, perplexity.
 
@@ -166,6 +175,9 @@ def evaluate(
             (``step.amp_dtype_for``: none on a CPU); ``None``: float32. A setting other than
             the run's own gets its own entry (``setting_name``).
         progress: show a tqdm bar of the sentences translated (``translate``).
+        head_mask: float ``(3, N, h)`` of 0 and 1: the heads switched off (at 0) for the
+            translations and the loss (``model.set_head_mask``); a mask with a 0 gets its own
+            entry (``setting_name``).
 
     Returns:
         The ``EvalResult``.
@@ -209,6 +221,8 @@ def evaluate(
             f"quantize must be None (float32) or one of {QUANTIZE}, got {quantize!r}"
         )
     cfg, tokenizer, model, sources = load_run(run_dir, device, average)
+    if head_mask is not None:  # evaluate's own model: decoding and loss
+        set_head_mask(model, head_mask)
     device = next(model.parameters()).device
     # the config's: float16 on a T4, bfloat16 on newer GPUs, none on a CPU
     config_amp = amp_dtype_for(cfg.amp, device)
@@ -223,8 +237,9 @@ def evaluate(
     limit = cfg.test_subset if limit == "config" else limit
     pairs = load_multi30k(split, root)[:limit]
     setting = setting_name(
-        cfg, split, beam, length_penalty, limit, average, quantize, amp_dtype
-    )
+        cfg, split, beam, length_penalty, limit, average, quantize, amp_dtype,
+        head_mask,
+    )  # fmt: skip
     sources_text, references = [s for s, _ in pairs], [t for _, t in pairs]
     if log:
         log(

@@ -73,6 +73,7 @@ from . import (  # noqa: E402
     attention,
     evaluation,
     foundations,
+    heads,
     model,
     positions,
     stepthrough,
@@ -83,6 +84,7 @@ from .attention import *  # noqa: E402, F403
 from .beam import beam_tree_figure, beam_tree_frames  # noqa: E402, F401
 from .evaluation import *  # noqa: E402, F403
 from .foundations import *  # noqa: E402, F403
+from .heads import *  # noqa: E402, F403
 from .model import *  # noqa: E402, F403
 from .positions import *  # noqa: E402, F403
 from .stepthrough import *  # noqa: E402, F403
@@ -96,4 +98,4 @@ __all__ += (
     + model.__all__
 )  # noqa: F405
 __all__ += positions.__all__ + training.__all__ + translation.__all__  # noqa: F405
-__all__ += stepthrough.__all__  # noqa: F405
+__all__ += stepthrough.__all__ + heads.__all__  # noqa: F405

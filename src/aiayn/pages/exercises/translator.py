@@ -130,6 +130,29 @@ def _without_failures() -> dict[str, Truth]:
     }
 
 
+def _heads_needed() -> dict[str, Truth]:
+    """11.2: of the published model's 72 heads, how many cost little alone, and how many cost for sure."""
+    import json
+
+    from ...runs.published import results_dir
+    from ...viz.heads import head_ablation_frame
+
+    path = results_dir() / "multi30k.head_ablation.json"
+    heads = head_ablation_frame(json.loads(path.read_text()))
+    return {
+        "harmless": Truth(
+            int((heads["change"].abs() < 0.5).sum()),
+            "count the heads whose change lies between -0.5 and +0.5 "
+            "BLEU: a gain counts as little as a loss",
+        ),
+        "real_losses": Truth(
+            int((heads["high"] < 0).sum()),
+            "count the heads whose whole 95 % interval lies below 0: "
+            "its upper end, high, is negative",
+        ),
+    }
+
+
 def _patch_tokens() -> dict[str, Truth]:
     """12.1: ViT-Base's tokens with 16x16 and 8x8 patches, and how much larger a head's scores get."""
     from ...attention import MultiHeadAttention
@@ -170,6 +193,7 @@ def _patch_tokens() -> dict[str, Truth]:
 TRUTHS: dict[str, Callable[[], dict[str, Truth]]] = {
     "11.1.1": _peak_rate,
     "11.2.3": _without_failures,
+    "11.2.4": _heads_needed,
     "11.3.1": _length_penalty,
     "11.5.1": _three_ranks,
     "12.1.2": _patch_tokens,
