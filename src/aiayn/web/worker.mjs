@@ -173,7 +173,6 @@ async function attend({ids, ys}) {
   return {
     tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
     maps: {encoder: maps.encoder, cross: maps.cross, decoder_self: maps.decoderSelf},
-    tree: trace && readableTree(vocab, trace.tree),
   };
 }
 
