@@ -30,7 +30,8 @@ def test_no_console_warning_or_error(docname, page_reports):
     included: the page is read once drawn), no error, nothing thrown."""
     report = page_reports(docname)
     problems = [f"console warning: {w}" for w in report.console_warnings]
-    problems += [f"console error: {e}" for e in report.console_errors] + [f"page error: {e}" for e in report.page_errors]
+    problems += [f"console error: {e}" for e in report.console_errors]
+    problems += [f"page error: {e}" for e in report.page_errors]
     assert not problems, f"{docname}:\n" + "\n".join(problems)
 
 
