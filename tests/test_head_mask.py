@@ -60,6 +60,12 @@ def one_head_off(model: Transformer, k: int, n: int, i: int) -> torch.Tensor:
     return mask
 
 
+def masked_forward(model: Transformer, src, tgt, mask: torch.Tensor) -> torch.Tensor:
+    """The model's forward with ``mask`` set on its heads (``set_head_mask``), as a reader runs it."""
+    with set_head_mask(model, mask):
+        return model(src, tgt)
+
+
 def test_the_shape_is_kind_by_layer_by_head():
     model = small_model()
     assert model.head_mask_shape == (3, 2, 4)
@@ -77,7 +83,7 @@ def test_a_mask_of_ones_changes_no_bit_of_the_forward(fast):
     tgt = torch.randint(3, V, (3, 5))
     with set_fast(model, fast):
         plain = model(src, tgt)
-        masked = model(src, tgt, head_mask=ones(model))
+        masked = masked_forward(model, src, tgt, ones(model))
     assert torch.equal(plain, masked)
     assert all(m.head_mask is None for row in model.attention_grid() for m in row)
 
@@ -92,7 +98,7 @@ def test_a_head_at_zero_gives_w_o_nothing_from_it(k, fast):
     hook = attn.w_o.register_forward_hook(lambda m, args, out: seen.append(args[0]))
     with set_fast(model, fast):
         plain = model(src, tgt)
-        masked = model(src, tgt, head_mask=one_head_off(model, k, 1, 2))
+        masked = masked_forward(model, src, tgt, one_head_off(model, k, 1, 2))
     hook.remove()
     d_v = attn.d_v
     before, after = seen[0], seen[1]  # (B, L, h * d_v), what W^O reads
@@ -105,7 +111,7 @@ def test_the_mask_equals_a_w_o_without_that_heads_columns():
     """Zeroing head i before W^O is W^O with its d_v input columns zeroed: the definition, by another route."""
     model, src = small_model(), sources()
     tgt = torch.randint(3, V, (3, 5))
-    masked = model(src, tgt, head_mask=one_head_off(model, 2, 0, 3))
+    masked = masked_forward(model, src, tgt, one_head_off(model, 2, 0, 3))
     attn = model.attention_grid()[2][0]
     with torch.no_grad():
         attn.w_o.weight[:, 3 * attn.d_v : 4 * attn.d_v] = 0.0
@@ -189,7 +195,7 @@ def test_a_mask_that_requires_grad_gives_each_head_its_gradient():
     model, src = small_model(), sources()
     tgt = torch.randint(3, V, (3, 5))
     mask = ones(model).requires_grad_()
-    model(src, tgt, head_mask=mask).logsumexp(-1).mean().backward()
+    masked_forward(model, src, tgt, mask).logsumexp(-1).mean().backward()
     assert mask.grad is not None and mask.grad.shape == (3, 2, 4)
     assert bool((mask.grad != 0).all())
 
@@ -210,13 +216,9 @@ def test_a_mask_that_requires_grad_gives_each_head_its_gradient():
 def test_a_bad_mask_is_refused_with_what_was_expected(mask, error, message):
     model = small_model()
     expected = "a float tensor of shape (3, 2, 4) holding 0 and 1"
-    for call in (
-        lambda: set_head_mask(model, mask),
-        lambda: model(sources(), sources(), head_mask=mask),
-    ):
-        with pytest.raises(error) as caught:
-            call()
-        assert expected in str(caught.value) and message in str(caught.value)
+    with pytest.raises(error) as caught:
+        set_head_mask(model, mask)
+    assert expected in str(caught.value) and message in str(caught.value)
     assert all(m.head_mask is None for row in model.attention_grid() for m in row)
 
 

@@ -10,7 +10,6 @@ returns logits (the pre-softmax scores), not log-probabilities.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -355,7 +354,6 @@ class Transformer(nn.Module):
         tgt: torch.Tensor,
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
-        head_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Encode ``src``, decode ``tgt`` and project to the vocabulary.
 
@@ -364,8 +362,6 @@ class Transformer(nn.Module):
             tgt: ``(B, T)`` decoder input ids (the target shifted right).
             src_mask: boolean ``(B, 1, 1, S)``; ``None`` builds it from ``config.pad_id``.
             tgt_mask: boolean ``(B, 1, T, T)``; ``None`` builds it from ``config.pad_id``.
-            head_mask: float ``(3, N, h)`` of 0 and 1 (``set_head_mask``) for this call;
-                ``None``: the heads as they are set.
 
         Returns:
             logits ``(B, T, V)`` (apply ``log_softmax`` for log-probabilities).
@@ -373,17 +369,9 @@ class Transformer(nn.Module):
         if src_mask is None:
             self._check_tokens(src, "src")
             src_mask = padding_mask(src, self.config.pad_id)
-        switch = (
-            contextlib.nullcontext()
-            if head_mask is None
-            else set_head_mask(self, head_mask)
-        )
-        with switch:
-            memory = self.encode(src, src_mask)  # (B, S, d_model)
-            x = self.decode(
-                memory, src_mask, tgt, tgt_mask
-            )  # (B, T, d_model)
-            return self.generator(x)  # (B, T, V)
+        memory = self.encode(src, src_mask)  # (B, S, d_model)
+        x = self.decode(memory, src_mask, tgt, tgt_mask)  # (B, T, d_model)
+        return self.generator(x)  # (B, T, V)
 
     @property
     def head_mask_shape(self) -> tuple[int, int, int]:
