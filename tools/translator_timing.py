@@ -161,6 +161,7 @@ def record(found: dict, args: argparse.Namespace) -> dict:
         "download_bytes": download,
         "browser": f"Chromium {found['browser']} headless",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs",
+        "load_average": found["load_average"],  # the machine's 1-minute load before and after the rounds
         "command": "python tools/translator_timing.py --old OLD --rounds "
         f"{args.rounds} --out src/aiayn/results/translator_timing.json",
         "measured_at": date.today().isoformat(),
@@ -185,7 +186,9 @@ def main() -> None:
         return
     if args.old is None:
         parser.error("--old is required (or --make-old to make it)")
+    load_before = os.getloadavg()[0]
     found = measure(args.old, args.new, args.rounds)
+    found["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]  # 1-minute, before and after
     if args.out:
         args.out.write_text(json.dumps(record(found, args), indent=1) + "\n")
     print(f"{SENTENCE!r}, {args.rounds} rounds, old and new interleaved; {found['browser']} headless, "
