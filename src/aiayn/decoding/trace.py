@@ -144,19 +144,10 @@ class BeamTrace:
         new = []  # the node of each beam after the step
         for index, score, total in zip(*kept, strict=True):
             beam, piece = divmod(index, V)
-            parent = beams[beam]
-            if parent is None or total == -math.inf:
-                new.append(None)
-            elif done[beam]:  # it stays, with its score
-                new.append(parent)
-            else:
-                new.append(len(nodes))
-                nodes.append({
-                    "id": len(nodes), "parent": parent,
-                    "step": len(tree["steps"]) + 1, "piece": piece,
-                    "log_p": total, "score": score,
-                    "finished": piece == self.eos_id, "top": [],
-                })  # fmt: skip
+            new.append(
+                keep(tree, beams[beam], done[beam], piece, total, score,
+                     self.eos_id)
+            )  # fmt: skip
         pruned = []
         for index, score, total in zip(*candidates, strict=True):
             beam, piece = divmod(index, V)
@@ -230,6 +221,32 @@ class BeamTrace:
                 rows = weights[:, :, -1, :S].mean(dim=1)  # (n, S)
                 for node, row in zip(nodes_t, rows.tolist(), strict=True):
                     node["attention"] = [round(w, self.digits) for w in row]
+
+
+def keep(
+    tree: dict,
+    parent: int | None,
+    done: bool,
+    piece: int,
+    log_p: float,
+    score: float,
+    eos_id: int,
+    **extra,
+) -> int | None:
+    """The node a kept candidate is after a step of ``tree``: none (no parent, or log P = -inf),
+    its parent (the beam had finished: it stays, with its score), or a new node, appended, with
+    the fields of ``extra`` (the page's tree adds ``attention``)."""
+    if parent is None or log_p == -math.inf:
+        return None
+    if done:
+        return parent
+    nodes = tree["nodes"]
+    nodes.append({
+        "id": len(nodes), "parent": parent, "step": len(tree["steps"]) + 1,
+        "piece": piece, "log_p": log_p, "score": score,
+        "finished": piece == eos_id, "top": [], **extra,
+    })  # fmt: skip
+    return len(nodes) - 1
 
 
 def path(tree: dict, node: int) -> list[int]:

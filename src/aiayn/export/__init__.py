@@ -1,6 +1,7 @@
 """The translator as ONNX graphs for onnxruntime and the book's page: the graphs (``graphs``), the
 page's search in Python (``translator``, mirrored by ``aiayn/web/translator.mjs``), the shortlist
-(``shortlist``), the whole-prefix reference (``prefix``) and ``python -m aiayn.export`` (``command``).
+(``shortlist``), the tree of a beam search (``search_tree``), the whole-prefix reference
+(``prefix``) and ``python -m aiayn.export`` (``command``).
 """
 
 from pathlib import Path
