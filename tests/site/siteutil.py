@@ -40,6 +40,7 @@ PHONE = {"width": 390, "height": 844}
 SCREENSHOTS = SITE.parent / "screenshots"  # _build/screenshots
 MAX_SHOT_HEIGHT = 5000  # px: the top of a very long page is enough to look at, and keeps the files small
 SETTLE_MS = 20_000  # the longest a page may take to draw its charts, math and widgets
+QUIET_MS = 150  # a page is loaded when it has drawn and asked for nothing for this long
 
 
 def _load_site_report():
@@ -464,6 +465,8 @@ class PageReport:
     controls: list[dict] = field(default_factory=list)
     height: int = 0  # the page's full height in px, toggles collapsed as a reader first sees them
     screenshot_bytes: int = 0
+    in_flight: int = 0  # requests made and not yet finished or failed
+    last_request: float = 0.0  # time.perf_counter() of the latest request
 
 
 def watch(page, base: str) -> PageReport:
@@ -472,6 +475,8 @@ def watch(page, base: str) -> PageReport:
 
     def on_request(request):
         report.requests.append(request.url)
+        report.in_flight += 1
+        report.last_request = time.perf_counter()
         if not is_local(request.url, base):
             report.external.append(request.url)
 
@@ -479,7 +484,11 @@ def watch(page, base: str) -> PageReport:
         if response.status >= 400 and is_local(response.url, base):
             report.failed_local.append(f"{response.status} {response.url}")
 
+    def on_done(request):
+        report.in_flight -= 1
+
     def on_failed(request):
+        on_done(request)
         if is_local(request.url, base) and not request.url.startswith("data:"):
             report.failed_local.append(f"{request.failure} {request.url}")
 
@@ -492,6 +501,7 @@ def watch(page, base: str) -> PageReport:
 
     page.on("request", on_request)
     page.on("response", on_response)
+    page.on("requestfinished", on_done)
     page.on("requestfailed", on_failed)
     page.on("console", on_console)
     page.on("pageerror", lambda error: report.page_errors.append(str(error)))
@@ -509,11 +519,24 @@ def open_page(context, base: str, path: str, settle_ms: int = SETTLE_MS):
         report.settled = True
     except Exception as error:  # noqa: BLE001 - the tests report what was not drawn
         report.settle_error = str(error).splitlines()[0]
-    try:
-        page.wait_for_load_state("networkidle", timeout=5_000)
-    except Exception:  # noqa: BLE001 - a page that keeps polling is judged on what it requested
-        pass
+    quiet(page, report)
     return page, report
+
+
+def quiet(page, report: PageReport, quiet_ms: int = QUIET_MS, most_ms: int = 5_000) -> bool:
+    """Wait until no request is in flight and none started for ``quiet_ms``, or ``most_ms`` went by.
+
+    Playwright's "networkidle" waits 500 ms after the last request of every load; a drawn page has
+    usually asked for everything by then, so this waits less. A page that keeps polling is judged on
+    what it requested (False).
+    """
+    end = time.perf_counter() + most_ms / 1000
+    while time.perf_counter() < end:
+        idle = time.perf_counter() - report.last_request
+        if report.in_flight <= 0 and idle * 1000 >= quiet_ms:
+            return True
+        page.wait_for_timeout(25)
+    return False
 
 
 def screenshot(page, path: Path, max_height: int = MAX_SHOT_HEIGHT) -> int:
