@@ -305,3 +305,55 @@ def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_pat
         (got,) = session.run(["log_probs"], feeds)
         want = expected[:, targets].log_softmax(-1).detach().numpy()
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one_thread):
+    """The int8 layers whose weight rows are a multiple of 1024 bytes long (the feed-forward's first,
+    d_ff wide) are stored 16 columns wider and cut back after their bias (``_unaliased_rows``): the page's
+    product packs such rows several times faster, and every graph gives the unwidened graph's outputs, to
+    the bit. Other layers are left as they are."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from aiayn.model import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=1024, h=4, N=2))
+    graphs.export_graphs(model, tmp_path)
+    graphs.quantize_graphs(tmp_path)
+    rng = np.random.default_rng(0)
+    B, S, P = 2, 5, 3
+    kv = lambda length: rng.standard_normal((2, B, 4, length, 8)).astype(np.float32)  # noqa: E731
+    src = rng.integers(3, 40, (B, S))
+    feeds = {
+        "encoder": {"src": src},
+        "cross_kv": {"memory": rng.standard_normal((B, S, 32)).astype(np.float32)},
+        "decoder": {"memory": rng.standard_normal((B, S, 32)).astype(np.float32), "src": src,
+                    "prefix": rng.integers(3, 40, (B, 4))},
+        "decoder_step": {"tokens": rng.integers(3, 40, (B, 2)), "src": src, "cross_k": kv(S), "cross_v": kv(S),
+                         "past_k": kv(P), "past_v": kv(P), "targets": np.arange(40)},
+    }  # fmt: skip
+    for name in graphs.GRAPHS:
+        plain = tmp_path / f"{name}.plain.onnx"  # what quantize_graphs wrote before widening
+        quantize_dynamic(tmp_path / graphs.graph_file(name, False), plain, weight_type=QuantType.QInt8)
+        graphs._one_generator_copy(plain)
+        wide = tmp_path / graphs.graph_file(name, True)
+        int8 = onnx.TensorProto.INT8
+        weights = {
+            path: sorted(tuple(t.dims) for t in onnx.load(path).graph.initializer if t.data_type == int8 and t.dims)
+            for path in (plain, wide)
+        }
+        layers = {"encoder": 2, "cross_kv": 0, "decoder": 2, "decoder_step": 2}[name]  # one a layer, N = 2
+        assert weights[plain].count((32, 1024)) == layers, (name, weights[plain])
+        assert weights[wide].count((32, 1024 + graphs.ROW_PADDING)) == layers, (name, weights[wide])
+        assert [w for w in weights[wide] if w[1] != 1024 + graphs.ROW_PADDING] == [
+            w for w in weights[plain] if w[1] != 1024
+        ], "the other layers are as they were"
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        got, want = (
+            ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds[name])
+            for path in (wide, plain)
+        )
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=name)
