@@ -357,3 +357,37 @@ def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one
         )
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+def test_widening_a_layer_adds_one_slice_and_keeps_its_numbers(tmp_path):
+    """``_unaliased_rows`` on a graph of one linear layer whose nodes have no names (onnx allows it): one
+    ``Slice`` after the bias, the same outputs; a row of another length is left as it is."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    K, N = 16, 64
+    layer = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xW"]), helper.make_node("Add", ["xW", "b"], ["y"])], "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", N])],
+        [numpy_helper.from_array(rng.standard_normal((K, N)).astype(np.float32), "W"),
+         numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "b")],
+    )  # fmt: skip
+    model = helper.make_model(layer, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, tmp_path / "layer.onnx")
+    plain, wide = tmp_path / "plain.onnx", tmp_path / "wide.onnx"
+    quantize_dynamic(tmp_path / "layer.onnx", plain, weight_type=QuantType.QInt8)
+    wide.write_bytes(plain.read_bytes())
+    assert graphs._unaliased_rows(wide, row=3 * N) == 0  # rows of N bytes are no multiple of 3N
+    assert wide.read_bytes() == plain.read_bytes()
+    assert graphs._unaliased_rows(wide, row=N) == 1
+    nodes = onnx.load(wide).graph.node
+    assert [n.op_type for n in nodes].count("Slice") == 1 and nodes[-1].op_type == "Slice"
+    x = {"x": rng.standard_normal((3, K)).astype(np.float32)}
+    cpu = ["CPUExecutionProvider"]
+    got, want = (ort.InferenceSession(str(p), providers=cpu).run(None, x)[0] for p in (wide, plain))
+    assert got.shape == (3, N)
+    np.testing.assert_array_equal(got, want)

@@ -428,8 +428,8 @@ def _biased_product(node, readers: dict, tables: dict):
     return None if bias is None else (cast, mul, add, bias)
 
 
-def _unaliased_rows(path: Path) -> int:
-    """Widen the int8 weights whose rows are a multiple of ``ALIASED_ROW``
+def _unaliased_rows(path: Path, row: int = ALIASED_ROW) -> int:
+    """Widen the int8 weights whose rows are a multiple of ``row`` bytes
     long by ``ROW_PADDING`` columns.
 
     In each such linear layer (``_biased_product``) W ``(K, N)`` gets
@@ -450,7 +450,7 @@ def _unaliased_rows(path: Path) -> int:
         for name in node.input:
             readers.setdefault(name, []).append(node)
     start, axis = "unaliased_rows_start", "unaliased_rows_axis"
-    cuts, stale = {}, set()  # Add -> its Slice; tensors that grew
+    cuts, stale = {}, set()  # Add's output -> its Slice; tensors grown
     for node in graph.node:
         if node.op_type != "MatMulInteger" or len(node.input) < 4:
             continue
@@ -460,7 +460,7 @@ def _unaliased_rows(path: Path) -> int:
             continue
         cast, mul, add, bias = layer
         K, N = weight.dims
-        if N % ALIASED_ROW or list(bias.dims) != [N]:
+        if N % row or list(bias.dims) != [N]:
             continue
         zero = to_array(zero)  # W's zero point
         pad = np.full((K, ROW_PADDING), zero, zero.dtype)
@@ -475,7 +475,7 @@ def _unaliased_rows(path: Path) -> int:
             graph.initializer.append(tables[end])
         summed = add.output[0]
         add.output[0] = f"{summed}_wide"
-        cuts[add.name] = onnx.helper.make_node(
+        cuts[add.output[0]] = onnx.helper.make_node(
             "Slice", [add.output[0], start, end, axis], [summed],
             name=f"{add.name}_first_columns",
         )  # fmt: skip
@@ -489,8 +489,8 @@ def _unaliased_rows(path: Path) -> int:
     nodes = []
     for node in graph.node:
         nodes.append(node)
-        if node.name in cuts:
-            nodes.append(cuts[node.name])
+        if node.op_type == "Add" and node.output[0] in cuts:
+            nodes.append(cuts[node.output[0]])
     del graph.node[:]
     graph.node.extend(nodes)
     kept = [v for v in graph.value_info if v.name not in stale]
