@@ -16,7 +16,8 @@ if (!(rounds > 0) || !shapes.length) {
     'KxN [KxN ...]');
 }
 ort.env.wasm.numThreads = 1;
-const RUNS = 50; // runs timed together, each round
+const RUNS = 100; // runs timed together, each round
+const WARM = 3; // rounds run first, untimed: WebAssembly is compiled again once hot
 const us = {};
 for (const shape of shapes) {
   const K = Number(shape.split('x')[0]);
@@ -33,11 +34,13 @@ for (const shape of shapes) {
     throw new Error(`${shape}: the wide layer's outputs differ`);
   }
   us[shape] = {plain: [], wide: []};
-  for (let r = 0; r < rounds + 1; r++) { // round 0 warms up, untimed
+  for (let r = 0; r < rounds + WARM; r++) {
     for (const kind of r % 2 ? ['wide', 'plain'] : ['plain', 'wide']) {
       const started = performance.now();
       for (let i = 0; i < RUNS; i++) await sessions[kind].run({x});
-      if (r > 0) us[shape][kind].push((performance.now() - started) / RUNS * 1e3);
+      if (r >= WARM) {
+        us[shape][kind].push((performance.now() - started) / RUNS * 1e3);
+      }
     }
   }
 }

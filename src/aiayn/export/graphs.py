@@ -400,8 +400,9 @@ def _one_generator_copy(path: Path) -> None:
 # onnxruntime-web's int8 product (MLAS's WebAssembly kernel) packs its
 # weight again at every run, reading 8 bytes of each of 128 rows at a time:
 # rows 2048 bytes apart fall into a few sets of the CPU's L1 cache, and a
-# step's 512 x 2048 products took 2.2x the time they take 16 columns wider
-# (tools/product_timing.py); rows 512 bytes apart gained nothing, so only
+# step's 512 x 2048 products took over twice the time they take 16 columns
+# wider (tools/product_timing.py, results/product_timing.json); widening
+# the rows 512 bytes long as well made the page's step no faster, so only
 # rows a multiple of ALIASED_ROW long are widened
 ALIASED_ROW = 1024  # bytes of one int8 weight row
 ROW_PADDING = 16  # zero columns added: rows stay 16-byte aligned
