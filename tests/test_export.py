@@ -305,3 +305,89 @@ def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_pat
         (got,) = session.run(["log_probs"], feeds)
         want = expected[:, targets].log_softmax(-1).detach().numpy()
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one_thread):
+    """The int8 layers whose weight rows are a multiple of 1024 bytes long (the feed-forward's first,
+    d_ff wide) are stored 16 columns wider and cut back after their bias (``_unaliased_rows``): the page's
+    product packs such rows several times faster, and every graph gives the unwidened graph's outputs, to
+    the bit. Other layers are left as they are."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from aiayn.model import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=1024, h=4, N=2))
+    graphs.export_graphs(model, tmp_path)
+    graphs.quantize_graphs(tmp_path)
+    rng = np.random.default_rng(0)
+    B, S, P = 2, 5, 3
+    kv = lambda length: rng.standard_normal((2, B, 4, length, 8)).astype(np.float32)  # noqa: E731
+    src = rng.integers(3, 40, (B, S))
+    feeds = {
+        "encoder": {"src": src},
+        "cross_kv": {"memory": rng.standard_normal((B, S, 32)).astype(np.float32)},
+        "decoder": {"memory": rng.standard_normal((B, S, 32)).astype(np.float32), "src": src,
+                    "prefix": rng.integers(3, 40, (B, 4))},
+        "decoder_step": {"tokens": rng.integers(3, 40, (B, 2)), "src": src, "cross_k": kv(S), "cross_v": kv(S),
+                         "past_k": kv(P), "past_v": kv(P), "targets": np.arange(40)},
+    }  # fmt: skip
+    for name in graphs.GRAPHS:
+        plain = tmp_path / f"{name}.plain.onnx"  # what quantize_graphs wrote before widening
+        quantize_dynamic(tmp_path / graphs.graph_file(name, False), plain, weight_type=QuantType.QInt8)
+        graphs._one_generator_copy(plain)
+        wide = tmp_path / graphs.graph_file(name, True)
+        int8 = onnx.TensorProto.INT8
+        weights = {
+            path: sorted(tuple(t.dims) for t in onnx.load(path).graph.initializer if t.data_type == int8 and t.dims)
+            for path in (plain, wide)
+        }
+        layers = {"encoder": 2, "cross_kv": 0, "decoder": 2, "decoder_step": 2}[name]  # one a layer, N = 2
+        assert weights[plain].count((32, 1024)) == layers, (name, weights[plain])
+        assert weights[wide].count((32, 1024 + graphs.ROW_PADDING)) == layers, (name, weights[wide])
+        assert [w for w in weights[wide] if w[1] != 1024 + graphs.ROW_PADDING] == [
+            w for w in weights[plain] if w[1] != 1024
+        ], "the other layers are as they were"
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        got, want = (
+            ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds[name])
+            for path in (wide, plain)
+        )
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+def test_widening_a_layer_adds_one_slice_and_keeps_its_numbers(tmp_path):
+    """``_unaliased_rows`` on a graph of one linear layer whose nodes have no names (onnx allows it): one
+    ``Slice`` after the bias, the same outputs; a row of another length is left as it is."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    K, N = 16, 64
+    layer = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xW"]), helper.make_node("Add", ["xW", "b"], ["y"])], "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", N])],
+        [numpy_helper.from_array(rng.standard_normal((K, N)).astype(np.float32), "W"),
+         numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "b")],
+    )  # fmt: skip
+    model = helper.make_model(layer, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, tmp_path / "layer.onnx")
+    plain, wide = tmp_path / "plain.onnx", tmp_path / "wide.onnx"
+    quantize_dynamic(tmp_path / "layer.onnx", plain, weight_type=QuantType.QInt8)
+    wide.write_bytes(plain.read_bytes())
+    assert graphs._unaliased_rows(wide, row=3 * N) == 0  # rows of N bytes are no multiple of 3N
+    assert wide.read_bytes() == plain.read_bytes()
+    assert graphs._unaliased_rows(wide, row=N) == 1
+    nodes = onnx.load(wide).graph.node
+    assert [n.op_type for n in nodes].count("Slice") == 1 and nodes[-1].op_type == "Slice"
+    x = {"x": rng.standard_normal((3, K)).astype(np.float32)}
+    cpu = ["CPUExecutionProvider"]
+    got, want = (ort.InferenceSession(str(p), providers=cpu).run(None, x)[0] for p in (wide, plain))
+    assert got.shape == (3, N)
+    np.testing.assert_array_equal(got, want)

@@ -397,10 +397,115 @@ def _one_generator_copy(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+# onnxruntime-web's int8 product (MLAS's WebAssembly kernel) packs its
+# weight again at every run, reading 8 bytes of each of 128 rows at a time:
+# rows 2048 bytes apart fall into a few sets of the CPU's L1 cache, and a
+# step's 512 x 2048 products took over twice the time they take 16 columns
+# wider (tools/product_timing.py, results/product_timing.json); widening
+# the rows 512 bytes long as well made the page's step no faster, so only
+# rows a multiple of ALIASED_ROW long are widened
+ALIASED_ROW = 1024  # bytes of one int8 weight row
+ROW_PADDING = 16  # zero columns added: rows stay 16-byte aligned
+
+
+def _biased_product(node, readers: dict, tables: dict):
+    """``MatMulInteger(x, W)`` -> ``Cast`` -> ``Mul`` -> ``Add(bias)``, as
+    ``quantize_dynamic`` writes a linear layer: ``(cast, mul, add, bias)``,
+    or None for a product of another form."""
+
+    def only(name: str, op_type: str):
+        found = readers.get(name, [])
+        if len(found) == 1 and found[0].op_type == op_type:
+            return found[0]
+        return None
+
+    cast = only(node.output[0], "Cast")
+    mul = cast and only(cast.output[0], "Mul")
+    add = mul and only(mul.output[0], "Add")
+    if add is None:
+        return None
+    other = [i for i in add.input if i != mul.output[0]]
+    bias = tables.get(other[0]) if len(other) == 1 else None
+    return None if bias is None else (cast, mul, add, bias)
+
+
+def _unaliased_rows(path: Path, row: int = ALIASED_ROW) -> int:
+    """Widen the int8 weights whose rows are a multiple of ``row`` bytes
+    long by ``ROW_PADDING`` columns.
+
+    In each such linear layer (``_biased_product``) W ``(K, N)`` gets
+    ``ROW_PADDING`` columns of its zero point, the bias as many zeros, and
+    a ``Slice`` after the ``Add`` keeps the first N columns: the same
+    numbers, since each column of the product reads its own column of W
+    (``tests/test_export.py``). Returns how many layers it widened.
+    """
+    import numpy as np
+    import onnx
+    from onnx.numpy_helper import from_array, to_array
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    tables = {t.name: t for t in graph.initializer}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    start, axis = "unaliased_rows_start", "unaliased_rows_axis"
+    cuts, stale = {}, set()  # Add's output -> its Slice; tensors grown
+    for node in graph.node:
+        if node.op_type != "MatMulInteger" or len(node.input) < 4:
+            continue
+        weight, zero = (tables.get(i) for i in node.input[1::2])
+        layer = _biased_product(node, readers, tables)
+        if None in (weight, zero, layer) or len(weight.dims) != 2:
+            continue
+        cast, mul, add, bias = layer
+        K, N = weight.dims
+        if N % row or list(bias.dims) != [N]:
+            continue
+        zero = to_array(zero)  # W's zero point
+        pad = np.full((K, ROW_PADDING), zero, zero.dtype)
+        wide = np.concatenate([to_array(weight), pad], 1)
+        weight.CopyFrom(from_array(wide, weight.name))  # (K, N + pad)
+        b = to_array(bias)  # (N,)
+        b = np.concatenate([b, np.zeros(ROW_PADDING, b.dtype)])
+        bias.CopyFrom(from_array(b, bias.name))  # (N + pad,)
+        end = f"unaliased_rows_end_{N}"
+        if end not in tables:
+            tables[end] = from_array(np.array([N], np.int64), end)
+            graph.initializer.append(tables[end])
+        summed = add.output[0]
+        add.output[0] = f"{summed}_wide"
+        cuts[add.output[0]] = onnx.helper.make_node(
+            "Slice", [add.output[0], start, end, axis], [summed],
+            name=f"{add.name}_first_columns",
+        )  # fmt: skip
+        stale |= {node.output[0], cast.output[0], mul.output[0]}
+    if not cuts:
+        return 0
+    for name, value in ((start, 0), (axis, -1)):
+        graph.initializer.append(
+            from_array(np.array([value], np.int64), name)
+        )
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        if node.op_type == "Add" and node.output[0] in cuts:
+            nodes.append(cuts[node.output[0]])
+    del graph.node[:]
+    graph.node.extend(nodes)
+    kept = [v for v in graph.value_info if v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    onnx.save(model, str(path))
+    return len(cuts)
+
+
 def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
     """int8 copies of the graphs: the weights of every matrix product and the embedding table as
     int8 with a scale, activations quantized on the fly (``quantize_dynamic``); the tied embedding
-    and output weight once (``_one_generator_copy``)."""
+    and output weight once (``_one_generator_copy``); rows the page's int8 product reads slowly
+    widened (``_unaliased_rows``)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     paths = []
@@ -412,6 +517,7 @@ def quantize_graphs(out: Path, progress: bool = False) -> list[Path]:
             source = out / graph_file(name, False)
             quantize_dynamic(source, target, weight_type=QuantType.QInt8)
             _one_generator_copy(target)
+            _unaliased_rows(target)
             paths.append(target)
             bar.update()
     return paths
