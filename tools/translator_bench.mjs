@@ -56,10 +56,11 @@ async function profile(model, ids, limit) {
     return now;
   };
   const src = model.int64([ids]);
+  const mask = model.heads(); // every head
   lap('tensors');
-  const [memory] = await model.encode(src);
+  const [memory] = await model.encode(src, mask);
   lap('encoder');
-  let cache = await model.start(memory, src, scored(vocab, targets));
+  let cache = await model.start(memory, src, scored(vocab, targets), mask);
   lap('cross_kv');
   const ys = [vocab.bosId];
   const steps = [];
