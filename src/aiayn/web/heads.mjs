@@ -112,6 +112,11 @@ export class HeadGrid {
     this.progress = element('progress', {value: 0, max: record.pairs.length, hidden: true,
       'aria-label': 'sentences translated'});
     this.line = element('p', {class: 'aiayn-heads-line', role: 'status', 'aria-live': 'polite'});
+    // the scored translations, those that differ from every head's marked
+    this.list = element('ol', {class: 'aiayn-heads-list', lang: 'en', tabindex: 0,  // it scrolls: a Tab stop
+      'aria-label': 'the scored translations, one a line'});
+    this.summary = element('summary', {}, 'The translations');
+    this.lines = element('details', {class: 'aiayn-heads-lines', hidden: true}, this.summary, this.list);
     this.count = element('span', {class: 'aiayn-heads-count'});
     const label = element('label', {class: 'aiayn-preset-label'}, 'Preset ', this.menu);
     this.box = element('details', {class: 'aiayn-heads'},
@@ -123,7 +128,7 @@ export class HeadGrid {
       element('div', {class: 'aiayn-row'}, label),
       this.grid,
       element('div', {class: 'aiayn-row'}, this.scoreButton, this.progress),
-      this.line);
+      this.line, this.lines);
     root.append(this.box);
     this.show();
   }
@@ -183,5 +188,15 @@ export class HeadGrid {
 
   say(text) {
     this.line.textContent = text;
+  }
+
+  /** The scored translations `hypotheses`, each that differs from `every` (every head's) marked. */
+  showLines(hypotheses, every) {
+    const changed = hypotheses.filter((h, i) => h !== every[i]).length;
+    this.summary.textContent = `The ${hypotheses.length} translations (${changed} differ from every head's)`;
+    this.list.replaceChildren(...hypotheses.map((h, i) => element('li',
+      h === every[i] ? {} : {class: 'aiayn-changed'}, element('span', {class: 'aiayn-hyp'}, h),
+      h === every[i] ? '' : ' (changed)')));
+    this.lines.hidden = false;
   }
 }

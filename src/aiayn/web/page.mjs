@@ -394,6 +394,7 @@ function live(root, site, manifest, manifestUrl) {
         `${ours.bleu.toFixed(2)} with ${on} of ${grid.mask.flat(2).length} heads, ` +
         `${everyHead.bleu.toFixed(2)} with every head; ` +
         `${(ours.ms / 1000).toFixed(1)} s on this machine (one thread).`);
+      grid.showLines(ours.hypotheses, everyHead.hypotheses);
     } catch (err) {
       grid.say(`The scoring failed: ${err.message}`);
     } finally {
