@@ -302,7 +302,7 @@ def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_pat
     for targets in (torch.arange(40), torch.tensor([2, 9, 17, 33])):
         feeds = {"tokens": prefix.numpy(), "src": src.numpy(), "cross_k": cross_k.detach().numpy(),
                  "cross_v": cross_v.detach().numpy(), "past_k": empty, "past_v": empty,
-                 "targets": targets.numpy()}  # fmt: skip
+                 "targets": targets.numpy(), "head_mask": np.ones((3, 2, 4), np.float32)}  # fmt: skip
         (got,) = session.run(["log_probs"], feeds)
         want = expected[:, targets].log_softmax(-1).detach().numpy()
         np.testing.assert_allclose(got, want, atol=1e-5)

@@ -56,11 +56,10 @@ async function profile(model, ids, limit) {
     return now;
   };
   const src = model.int64([ids]);
-  const mask = model.heads(); // every head
   lap('tensors');
-  const [memory] = await model.encode(src, mask);
+  const [memory] = await model.encode(src);
   lap('encoder');
-  let cache = await model.start(memory, src, scored(vocab, targets), mask);
+  let cache = await model.start(memory, src, scored(vocab, targets));
   lap('cross_kv');
   const ys = [vocab.bosId];
   const steps = [];

@@ -77,10 +77,10 @@ class PrefixModel:
         return np.ones(self.head_mask_shape, np.float32)
 
     def encode(
-        self, src: np.ndarray, head_mask: np.ndarray
+        self, src: np.ndarray, head_mask: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``src (rows, S)`` -> ``memory`` and the encoder's attention (every head)."""
-        feed = {"src": src, HEAD_MASK: head_mask}
+        feed = {"src": src, HEAD_MASK: self.heads(head_mask)}
         return tuple(self.encoder.run(ENCODER_OUTPUTS, feed))
 
     def start(
@@ -88,9 +88,10 @@ class PrefixModel:
         memory: np.ndarray,
         src: np.ndarray,
         targets: np.ndarray,
-        head_mask: np.ndarray,
+        head_mask: Any = None,
     ) -> Prefix:
-        """No position yet: an empty prefix (``head_mask``: all ones, ``heads``)."""
+        """No position yet: an empty prefix (``head_mask``: none, ``heads``)."""
+        self.heads(head_mask)
         empty = np.zeros((src.shape[0], 0), np.int64)  # (rows, 0)
         return Prefix(memory, src, empty, targets)
 

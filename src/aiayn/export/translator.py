@@ -120,11 +120,11 @@ class OnnxModel:
         return check_head_mask(head_mask, self.head_mask_shape)
 
     def encode(
-        self, src: np.ndarray, head_mask: np.ndarray
+        self, src: np.ndarray, head_mask: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``src (rows, S)`` and a checked ``head_mask (3, N, h)`` (``heads``) -> ``memory`` and
-        the encoder's attention."""
-        feed = {"src": src, HEAD_MASK: head_mask}
+        """``src (rows, S)`` and a ``head_mask (3, N, h)`` (checked by ``heads``; ``None``: every
+        head) -> ``memory`` and the encoder's attention."""
+        feed = {"src": src, HEAD_MASK: self.heads(head_mask)}
         return tuple(self.encoder.run(ENCODER_OUTPUTS, feed))
 
     def start(
@@ -132,16 +132,17 @@ class OnnxModel:
         memory: np.ndarray,
         src: np.ndarray,
         targets: np.ndarray,
-        head_mask: np.ndarray,
+        head_mask: Any = None,
     ) -> Cache:
         """The cache before the first step: the cross-attention's keys and values, no position,
-        the ids every step scores, ``targets (K,)`` (``scored``), and the checked ``head_mask``."""
+        the ids every step scores, ``targets (K,)`` (``scored``), and ``head_mask`` (``heads``)."""
         cross_k, cross_v = self.cross_kv.run(
             CROSS_KV_OUTPUTS, {"memory": memory}
         )  # (N, rows, h, S, d_k)
         N, rows, h, _, d_k = cross_k.shape
         empty = np.zeros((N, rows, h, 0, d_k), np.float32)  # P = 0
-        return Cache(src, cross_k, cross_v, empty, empty, targets, head_mask)
+        mask = self.heads(head_mask)  # (3, N, h)
+        return Cache(src, cross_k, cross_v, empty, empty, targets, mask)
 
     def step(self, cache: Cache, tokens: np.ndarray) -> tuple[Any, ...]:
         """``tokens (rows, L)`` after the cache's positions -> ``log_probs (rows, K)`` of the next
@@ -491,10 +492,9 @@ def greedy(
 
     ``targets``: the ids to score (a shortlist), else all. ``head_mask``: ``(3, N, h)`` of 0 and
     1, the heads switched off (at 0); ``None``: every head."""
-    mask = model.heads(head_mask)  # (3, N, h)
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
-    memory, _ = model.encode(src, mask)
-    cache = model.start(memory, src, scored(vocab, targets), mask)
+    memory, _ = model.encode(src, head_mask)
+    cache = model.start(memory, src, scored(vocab, targets), head_mask)
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
@@ -530,10 +530,9 @@ def sample(
     top_p = sampling["top_p"]
     check_sampling(temperature, top_k, top_p)
     random = Mulberry32(sampling["seed"])
-    mask = model.heads(head_mask)  # (3, N, h)
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
-    memory, _ = model.encode(src, mask)
-    cache = model.start(memory, src, scored(vocab, None), mask)  # every id
+    memory, _ = model.encode(src, head_mask)
+    cache = model.start(memory, src, scored(vocab, None), head_mask)
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
@@ -573,10 +572,9 @@ def beam_search(
     records what the search did (the output is the same with or without one). ``head_mask``: as
     ``greedy``'s.
     """
-    mask = model.heads(head_mask)  # (3, N, h)
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
-    memory, _ = model.encode(src, mask)
-    cache = model.start(memory, src, scored(vocab, targets), mask)
+    memory, _ = model.encode(src, head_mask)
+    cache = model.start(memory, src, scored(vocab, targets), head_mask)
     cache = cache.rows([0] * beam)  # K rows
     beams = [[vocab.bos_id] for _ in range(beam)]
     log_p = [0.0] + [-math.inf] * (
@@ -645,11 +643,10 @@ def attention(
     Returns ``{"encoder": (N, h, S, S), "cross": (N, h, T, S), "decoder_self": (N, h, T, T)}``
     with T = ``len(ys) - 1``: row t is the step that wrote ``ys[t + 1]``.
     """
-    mask = model.heads(head_mask)  # (3, N, h)
     src = np.array([src_ids], dtype=np.int64)
-    memory, encoder = model.encode(src, mask)
+    memory, encoder = model.encode(src, head_mask)
     unread = np.zeros(1, dtype=np.int64)  # log_probs unread: one id scored
-    cache = model.start(memory, src, unread, mask)
+    cache = model.start(memory, src, unread, head_mask)
     prefix = np.array([ys[:-1]], dtype=np.int64)  # (1, T): all at once
     _, _, cross, self_attn = model.step(cache, prefix)
     return {

@@ -401,11 +401,15 @@ function live(root, site, manifest, manifestUrl) {
       grid.scoring('', null);
     }
   };
-  const addGrid = async () => {
+  const addGrid = async () => {  // the translator works without it: a failure is said in its place
     if (!site.heads) return;  // a build without the test sentences: no grid
-    const {bytes} = await fileOf(here(site.heads.path), site.heads, () => {});
-    const record = JSON.parse(new TextDecoder().decode(bytes));
-    grid = new HeadGrid(headsSlot, record, {onChange: translateAgain, onScore: score});
+    try {
+      const {bytes} = await fileOf(here(site.heads.path), site.heads, () => {});
+      const record = JSON.parse(new TextDecoder().decode(bytes));
+      grid = new HeadGrid(headsSlot, record, {onChange: translateAgain, onScore: score});
+    } catch (err) {
+      headsSlot.append(paragraph('aiayn-message aiayn-error', `The head grid could not load: ${err.message}`));
+    }
   };
   load.addEventListener('click', async () => {
     load.disabled = true;

@@ -57,18 +57,19 @@ export class OnnxModel {
     return new this.ort.Tensor('float32', data, this.headMaskShape);
   }
 
-  /** src int64 (rows, S) and a checked headMask tensor (3, N, h) (`heads`)
-   *  -> [memory (rows, S, d), encoder_attention (N, rows, h, S, S)],
-   *  float32 ort.Tensors. */
-  async encode(src, headMask) {
-    const out = await this.encoder.run({src, [HEAD_MASK]: headMask});
+  /** src int64 (rows, S) and a headMask (3, N, h) (checked by `heads`;
+   *  null: every head) -> [memory (rows, S, d), encoder_attention
+   *  (N, rows, h, S, S)], float32 ort.Tensors. */
+  async encode(src, headMask = null) {
+    const out = await this.encoder.run({src,
+      [HEAD_MASK]: this.heads(headMask)});
     return [out.memory, out.encoder_attention];
   }
 
   /** The cache before the first step: the cross-attention's keys and
    *  values (N, rows, h, S, d_k), no position, the ids every step
-   *  scores, targets (K) (`scored`), and the checked headMask tensor. */
-  async start(memory, src, targets, headMask) {
+   *  scores, targets (K) (`scored`), and headMask (`heads`). */
+  async start(memory, src, targets, headMask = null) {
     const {cross_k: crossK, cross_v: crossV} =
       await this.crossKv.run({memory});
     const [N, rows, h, , dK] = crossK.dims;
@@ -76,7 +77,8 @@ export class OnnxModel {
         [N, rows, h, 0, dK]); // P = 0
     const ids = new this.ort.Tensor('int64',
         BigInt64Array.from(targets, BigInt), [targets.length]);
-    return new Cache(src, crossK, crossV, empty, empty, ids, headMask);
+    const mask = this.heads(headMask); // (3, N, h)
+    return new Cache(src, crossK, crossV, empty, empty, ids, mask);
   }
 
   /** tokens int64 (rows, L) after the cache's positions -> [log_probs
@@ -284,14 +286,13 @@ export function scored(vocab, targets) {
 
 /** The most probable token at every step: srcIds (S) -> ids, <bos> first,
  *  <eos> last (unless cut at `limit`). targets: the ids to score (a
- *  shortlist), else all. headMask: (3, N, h) of 0 and 1, the heads
- *  switched off (at 0); null: every head. */
+ *  shortlist), else all. headMask: (3, N, h), 0 a head off; null: all on. */
 export async function greedy(model, vocab, srcIds, limit, targets = null,
     headMask = null) {
-  const mask = model.heads(headMask); // (3, N, h)
   const src = model.int64([srcIds]); // (1, S)
-  const [memory] = await model.encode(src, mask);
-  let cache = await model.start(memory, src, scored(vocab, targets), mask);
+  const [memory] = await model.encode(src, headMask);
+  let cache = await model.start(memory, src, scored(vocab, targets),
+      headMask);
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
@@ -313,10 +314,9 @@ export async function sample(model, vocab, srcIds, limit, sampling,
     onStep = null, headMask = null) {
   checkSampling(sampling);
   const random = new Mulberry32(sampling.seed);
-  const mask = model.heads(headMask); // (3, N, h)
   const src = model.int64([srcIds]); // (1, S)
-  const [memory] = await model.encode(src, mask);
-  let cache = await model.start(memory, src, scored(vocab, null), mask);
+  const [memory] = await model.encode(src, headMask);
+  let cache = await model.start(memory, src, scored(vocab, null), headMask);
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
@@ -345,10 +345,10 @@ export function lengthPenalty(length, alpha) {
  *  greedy's. */
 export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
     alpha = 0.6, targets = null, trace = null, headMask = null) {
-  const mask = model.heads(headMask); // (3, N, h)
   const src = model.int64([srcIds]); // (1, S)
-  const [memory] = await model.encode(src, mask);
-  let cache = await model.start(memory, src, scored(vocab, targets), mask);
+  const [memory] = await model.encode(src, headMask);
+  let cache = await model.start(memory, src, scored(vocab, targets),
+      headMask);
   cache = cache.rows(Array(beam).fill(0)); // K rows
   let beams = Array.from({length: beam}, () => [vocab.bosId]);
   let logP = [0, ...Array(beam - 1).fill(-Infinity)]; // first expands first
@@ -468,10 +468,9 @@ export class SearchTree {
  *  T = ys.length - 1: row t is the step that wrote ys[t + 1]. headMask:
  *  as greedy's. */
 export async function attention(model, srcIds, ys, headMask = null) {
-  const mask = model.heads(headMask); // (3, N, h)
   const src = model.int64([srcIds]);
-  const [memory, encoder] = await model.encode(src, mask);
-  const cache = await model.start(memory, src, [0], mask); // unread
+  const [memory, encoder] = await model.encode(src, headMask);
+  const cache = await model.start(memory, src, [0], headMask); // unread
   const prefix = model.int64([ys.slice(0, -1)]); // (1, T): all at once
   const [, , cross, selfAttn] = await model.step(cache, prefix);
   const first = (t) => nested(t.data, t.dims).map((layer) => layer[0]);
