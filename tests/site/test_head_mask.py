@@ -48,7 +48,8 @@ OBSERVE_FRAMES_JS = """() => {
   window.__longTasks = [];
   new PerformanceObserver(list => {
     for (const e of list.getEntries()) window.__frames.push({ms: e.duration, blocking: e.blockingDuration,
-      scripts: e.scripts.map(s => ({url: s.sourceURL, ms: s.duration}))});
+      scripts: e.scripts.map(s => ({url: s.sourceURL, ms: s.duration, function: s.sourceFunctionName,
+        at: s.sourceCharPosition, invoker: s.invoker, layout_ms: s.forcedStyleAndLayoutDuration}))});
   }).observe({type: 'long-animation-frame'});
   new PerformanceObserver(list => { for (const e of list.getEntries()) window.__longTasks.push(e.duration); })
     .observe({type: 'longtask'});

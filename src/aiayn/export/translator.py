@@ -156,14 +156,14 @@ class OnnxModel:
             "past_k": cache.past_k,
             "past_v": cache.past_v,
             "targets": cache.targets,
-            HEAD_MASK: cache.head_mask,
+            HEAD_MASK: cache.heads,
         }
         log_probs, k, v, cross, self_attn = self.decoder_step.run(
             STEP_OUTPUTS, feed
         )
         grown = Cache(
             cache.src, cache.cross_k, cache.cross_v, k, v, cache.targets,
-            cache.head_mask,
+            cache.heads,
         )  # fmt: skip
         return log_probs, grown, cross, self_attn
 
@@ -195,7 +195,7 @@ class Cache:
     ``src (rows, S)``; ``cross_k``, ``cross_v (N, rows, h, S, d_k)``, computed once from the
     memory; ``past_k``, ``past_v (N, rows, h, P, d_k)``, the self-attention keys and values
     of the P positions decoded so far; ``targets (K,)``, the ids each step scores (all rows);
-    ``head_mask (3, N, h)``, the heads each step runs (all rows).
+    ``heads (3, N, h)``, the head mask each step reads (all rows).
     """
 
     src: np.ndarray
@@ -204,7 +204,7 @@ class Cache:
     past_k: np.ndarray
     past_v: np.ndarray
     targets: np.ndarray
-    head_mask: np.ndarray
+    heads: np.ndarray
 
     def rows(self, index: Sequence[int]) -> Cache:
         """The cache of rows ``index`` (repeated or reordered): beam search keeps its beams'."""
@@ -214,7 +214,7 @@ class Cache:
             *(t[:, index] for t in (self.cross_k, self.cross_v)),
             *(t[:, index] for t in (self.past_k, self.past_v)),
             self.targets,
-            self.head_mask,
+            self.heads,
         )
 
 

@@ -89,10 +89,9 @@ export class OnnxModel {
   async step(cache, tokens) {
     const out = await this.decoderStep.run({tokens, src: cache.src,
       cross_k: cache.crossK, cross_v: cache.crossV, past_k: cache.pastK,
-      past_v: cache.pastV, targets: cache.targets,
-      [HEAD_MASK]: cache.headMask});
+      past_v: cache.pastV, targets: cache.targets, head_mask: cache.heads});
     const grown = new Cache(cache.src, cache.crossK, cache.crossV,
-        out.present_k, out.present_v, cache.targets, cache.headMask);
+        out.present_k, out.present_v, cache.targets, cache.heads);
     return [out.log_probs, grown, out.cross_attention,
       out.decoder_attention];
   }
@@ -109,12 +108,11 @@ export class OnnxModel {
  *  (N, rows, h, S, d_k), computed once from the memory; pastK, pastV
  *  (N, rows, h, P, d_k), the self-attention keys and values of the P
  *  positions decoded so far; targets int64 (K), the ids each step scores
- *  (all rows); headMask float32 (3, N, h), the heads each step runs (all
- *  rows). */
+ *  (all rows); heads float32 (3, N, h), the head mask each step reads
+ *  (all rows). */
 export class Cache {
-  constructor(src, crossK, crossV, pastK, pastV, targets, headMask) {
-    Object.assign(this,
-        {src, crossK, crossV, pastK, pastV, targets, headMask});
+  constructor(src, crossK, crossV, pastK, pastV, targets, heads) {
+    Object.assign(this, {src, crossK, crossV, pastK, pastV, targets, heads});
   }
 
   /** The cache of rows `index` (repeated or reordered): beam search keeps
@@ -123,7 +121,7 @@ export class Cache {
     return new Cache(takeRows(this.src, index, 0),
         takeRows(this.crossK, index, 1), takeRows(this.crossV, index, 1),
         takeRows(this.pastK, index, 1), takeRows(this.pastV, index, 1),
-        this.targets, this.headMask);
+        this.targets, this.heads);
   }
 }
 
@@ -341,8 +339,7 @@ export function lengthPenalty(length, alpha) {
  *  prefixes reach `limit` columns. Sums are in doubles, as Python's
  *  float64. srcIds (S) -> ids, <bos> first. targets: the ids to score (a
  *  shortlist), else all. trace: a SearchTree that records what the search
- *  did (the output is the same with or without one). headMask: as
- *  greedy's. */
+ *  did (the same output with or without one); headMask as greedy's. */
 export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
     alpha = 0.6, targets = null, trace = null, headMask = null) {
   const src = model.int64([srcIds]); // (1, S)
