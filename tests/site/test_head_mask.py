@@ -29,7 +29,7 @@ LONGEST_TASK_MS = 50  # the issue's limit for any task of the page's main thread
 INT8_SAME = 97  # of the 100 translations, the page's (WebAssembly) equal to Python's (x86) on the int8 files
 MASK_JS = """() => {
   const mask = [];
-  for (const b of document.querySelectorAll('.aiayn-head')) {
+  for (const b of document.querySelectorAll('.aiayn-head-toggle')) {
     const [k, n, i] = ['kind', 'layer', 'head'].map(a => Number(b.dataset[a]));
     ((mask[k] ??= [])[n] ??= [])[i] = b.getAttribute('aria-pressed') === 'true' ? 1 : 0;
   }
@@ -39,7 +39,8 @@ DONE_JS = """() => { const text = document.querySelector('.aiayn-message').textC
   return text !== '' && !text.startsWith('Translating') && !text.startsWith('Drawing')
     && !document.querySelector('.aiayn-translate').disabled; }"""
 FOCUS_JS = """() => { const b = document.activeElement;
-  return b.classList.contains('aiayn-head') ? [b.dataset.kind, b.dataset.layer, b.dataset.head].map(Number) : null; }"""
+  if (!b.classList.contains('aiayn-head-toggle')) return null;
+  return [b.dataset.kind, b.dataset.layer, b.dataset.head].map(Number); }"""
 # Chromium's long animation frames while the page scores, with the scripts that ran in them (those over 5 ms, each
 # named by its file): which of the page's own modules held the main thread, and for how long, apart from what a
 # loaded machine adds to a frame's rendering
@@ -78,7 +79,7 @@ def _opened(page):
     _load(page)
     page.wait_for_selector(".aiayn-heads summary", timeout=20_000)
     page.click(".aiayn-heads summary")
-    page.wait_for_selector(".aiayn-head", state="visible")
+    page.wait_for_selector(".aiayn-head-toggle", state="visible")
 
 
 def _english_after(page, act) -> str:
@@ -133,7 +134,7 @@ def test_each_preset_changes_the_english_where_python_does(grid, site):
         print(f"{preset}: {shown}")
     assert "one" in changed and "no-cross-3" in changed, changed  # the heads that carry the alignment
     # a click on one button: the mask Python is given is the buttons'
-    shown = _english_after(page, lambda: page.click(".aiayn-head[data-kind='2'][data-layer='2'][data-head='0']"))
+    shown = _english_after(page, lambda: page.click(".aiayn-head-toggle[data-kind='2'][data-layer='2'][data-head='0']"))
     assert shown == python_english(tw, page.evaluate(MASK_JS))
     assert page.input_value(".aiayn-preset") == "own"
     assert not (report.console_errors + report.page_errors)
@@ -202,7 +203,7 @@ def test_the_grid_works_by_keyboard(grid):
     page.keyboard.press("Tab")
     start = page.evaluate(FOCUS_JS)
     assert start is not None, "Tab from the preset menu does not reach the grid"
-    page.evaluate("() => document.querySelector('.aiayn-head[tabindex=\"0\"]').focus()")
+    page.evaluate("() => document.querySelector('.aiayn-head-toggle[tabindex=\"0\"]').focus()")
     page.keyboard.press("Home")
     for key in ("ArrowUp",) * 9:
         page.keyboard.press(key)
@@ -211,7 +212,7 @@ def test_the_grid_works_by_keyboard(grid):
                        ("ArrowRight", [0, 1, 7]), ("ArrowDown", [0, 2, 7]), ("ArrowDown", [1, 0, 7])]:  # fmt: skip
         page.keyboard.press(key)
         assert page.evaluate(FOCUS_JS) == where, key
-    selector = ".aiayn-head[data-kind='1'][data-layer='0'][data-head='7']"
+    selector = ".aiayn-head-toggle[data-kind='1'][data-layer='0'][data-head='7']"
     _english_after(page, lambda: page.keyboard.press("Space"))
     assert page.get_attribute(selector, "aria-pressed") == "false"
     assert page.evaluate(FOCUS_JS) == [1, 0, 7]  # the focus stays on the head
@@ -241,7 +242,7 @@ def test_the_grid_fits_a_phone(browser, base_url, site):
         fit = page.evaluate(FIT_JS)
         print(f"390 px: {fit}")
         assert not fit["wide"] and fit["scroll"] <= fit["width"], fit
-        box = page.locator(".aiayn-head").first.bounding_box()
+        box = page.locator(".aiayn-head-toggle").first.bounding_box()
         assert box["width"] >= 24 and box["height"] >= 24, box  # a target a finger can press
         page.locator(".aiayn-heads").screenshot(path=str(su.screenshot_path(DOC, "phone-heads")))
         assert not (report.console_errors + report.page_errors)
@@ -256,9 +257,9 @@ def test_the_grid_is_readable(browser, base_url, site, scheme):
     context, page, _ = _open(browser, base_url, DOC, scheme)
     try:
         _opened(page)
-        page.click(".aiayn-head[data-kind='0'][data-layer='0'][data-head='0']")  # one head off
+        page.click(".aiayn-head-toggle[data-kind='0'][data-layer='0'][data-head='0']")  # one head off
         found = su.contrasts(page, ".aiayn-heads")
-        assert any("aiayn-head" in f["where"] for f in found), found
+        assert any("aiayn-head-toggle" in f["where"] for f in found), found
         _check(found, f"11.4 head grid, {scheme}")
     finally:
         context.close()

@@ -89,7 +89,7 @@ export class HeadGrid {
         this.grid.append(element('span', {class: 'aiayn-head-row', 'aria-hidden': 'true'},
           `${KIND_SHORT[k]} ${n + 1}`));
         for (let i = 0; i < h; i++) {
-          const button = element('button', {type: 'button', class: 'aiayn-head', tabindex: -1,
+          const button = element('button', {type: 'button', class: 'aiayn-head-toggle', tabindex: -1,
             'aria-pressed': 'true', 'aria-label': `${KIND_NAMES[k]}, layer ${n + 1}, head ${i + 1}`,
             'data-kind': k, 'data-layer': n, 'data-head': i}, String(i + 1));
           button.addEventListener('click', () => {
@@ -163,7 +163,7 @@ export class HeadGrid {
 
   /** Arrow keys within the grid, Home and End to a row's ends. */
   move(event) {
-    const button = event.target.closest('.aiayn-head');
+    const button = event.target.closest('.aiayn-head-toggle');
     if (!button) return;
     const r = this.buttons.findIndex(row => row.includes(button));
     const i = this.buttons[r].indexOf(button);
