@@ -21,6 +21,7 @@ from aiayn.attention import MultiHeadAttention
 from aiayn.data import multi30k as D
 from aiayn.decoding.search import gnmt_length_penalty, length_penalty_limit
 from aiayn.decoding.translate import translate
+from aiayn.export import scores
 from aiayn.export import translator as tr
 from aiayn.loss import LabelSmoothingLoss
 from aiayn.model import Transformer, TransformerConfig
@@ -257,8 +258,9 @@ def _copy_with(folder: Path, tmp_path: Path, name: str, data: bytes) -> Path:
 def test_a_damaged_json_file_of_an_export_is_refused_by_name(page_files, tmp_path, name):
     whole = (page_files / name).read_bytes()
     folder = _copy_with(page_files, tmp_path, name, whole[: len(whole) // 2])  # a cut-off copy
+    pair = [("Ein Hund.", "A dog.")]
     with pytest.raises(ValueError) as refused:
-        tr.Vocabulary.load(folder) if name == "tokenizer.json" else tr.score_files(folder, [("Ein Hund.", "A dog.")])
+        tr.Vocabulary.load(folder) if name == "tokenizer.json" else scores.score_files(folder, pair)
     message = str(refused.value)
     assert message.startswith(f"{folder / name} cannot be read as JSON (")
     assert message.endswith(f"): it is truncated or damaged; {AGAIN}")

@@ -12,7 +12,7 @@ from conftest import PUBLISHED
 
 from aiayn.data.multi30k import BOS, EOS, load_multi30k
 from aiayn.decoding.search import beam_search, decode_sorted
-from aiayn.export import graphs
+from aiayn.export import graphs, scores
 from aiayn.export import translator as tr
 from aiayn.files import sha256_file
 
@@ -62,8 +62,9 @@ def test_the_graphs_take_any_batch_and_length(exported):
             symbolic = [d.dim_param for d in dims if d.dim_param]
             # memory (batch, src_len, 512); src (batch, src_len); prefix (batch, tgt_len);
             # tokens (batch, new_len); cross_k (6, batch, 8, src_len, 64); past_k (6, batch, 8, past_len, 64);
-            # targets (targets,)
-            assert len(symbolic) == (1 if value.name == "targets" else 2), (name, value.name, dims)
+            # targets (targets,); head_mask (3, 6, 8), fixed
+            want = {"targets": 1, graphs.HEAD_MASK: 0}.get(value.name, 2)
+            assert len(symbolic) == want, (name, value.name, dims)
 
 
 def _searches(model, vocab, pairs):
@@ -187,7 +188,7 @@ def test_the_manifest_s_bleu_is_that_of_its_files(exported, root):
         assert sha256_file(exported / name)[1] == entry["sha256"], name
     assert manifest["page_bytes"] <= 40e6
     pairs = load_multi30k("test2016", root)[:100]
-    again = tr.score_files(exported, pairs, int8=True, beams=(1, 4))
+    again = scores.score_files(exported, pairs, int8=True, beams=(1, 4))
     for key in ("beam1", "beam4"):
         stored = manifest["bleu"][f"int8.{key}"]
         assert stored["sentences"] == 100
@@ -301,7 +302,7 @@ def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_pat
     for targets in (torch.arange(40), torch.tensor([2, 9, 17, 33])):
         feeds = {"tokens": prefix.numpy(), "src": src.numpy(), "cross_k": cross_k.detach().numpy(),
                  "cross_v": cross_v.detach().numpy(), "past_k": empty, "past_v": empty,
-                 "targets": targets.numpy()}  # fmt: skip
+                 "targets": targets.numpy(), "head_mask": np.ones((3, 2, 4), np.float32)}  # fmt: skip
         (got,) = session.run(["log_probs"], feeds)
         want = expected[:, targets].log_softmax(-1).detach().numpy()
         np.testing.assert_allclose(got, want, atol=1e-5)
@@ -325,13 +326,15 @@ def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one
     B, S, P = 2, 5, 3
     kv = lambda length: rng.standard_normal((2, B, 4, length, 8)).astype(np.float32)  # noqa: E731
     src = rng.integers(3, 40, (B, S))
+    every_head = np.ones((3, 2, 4), np.float32)  # (kinds, N, h)
     feeds = {
-        "encoder": {"src": src},
+        "encoder": {"src": src, "head_mask": every_head},
         "cross_kv": {"memory": rng.standard_normal((B, S, 32)).astype(np.float32)},
         "decoder": {"memory": rng.standard_normal((B, S, 32)).astype(np.float32), "src": src,
                     "prefix": rng.integers(3, 40, (B, 4))},
         "decoder_step": {"tokens": rng.integers(3, 40, (B, 2)), "src": src, "cross_k": kv(S), "cross_v": kv(S),
-                         "past_k": kv(P), "past_v": kv(P), "targets": np.arange(40)},
+                         "past_k": kv(P), "past_v": kv(P), "targets": np.arange(40),
+                         "head_mask": every_head},
     }  # fmt: skip
     for name in graphs.GRAPHS:
         plain = tmp_path / f"{name}.plain.onnx"  # what quantize_graphs wrote before widening

@@ -26,6 +26,7 @@ from conftest import PUBLISHED
 
 from aiayn.data.multi30k import Tokenizer, load_multi30k
 from aiayn.decoding.translate import ZERO_WIDTH, is_blank, normalise
+from aiayn.export import scores
 from aiayn.export import translator as tr
 from aiayn.export.graphs import SETTINGS_JSON
 from aiayn.export.shortlist import load as load_shortlist
@@ -55,6 +56,13 @@ SENTENCES = {"fp32": 50, "int8": 50}
 SAMPLED = 6
 SHORTLISTED = 12  # sentences also searched with the shortlist
 TRACED = 4  # sentences whose beam search is also recorded as a tree (SearchTree), every id and the shortlist
+# the page's head grid (issue 44): the sentences it scores, the first of test 2016 (heads.json)
+MASKED = 100
+# masks the page cannot use, written as JSON can (NaN and infinity: tests/js/head_mask.test.mjs)
+BAD_MASKS = (
+    [[1, 0], [1]], [[1] * 8] * 3, "all", [[[0.5] * 8] * 3] * 3,
+    [[[1] * 8] * 3] * 2 + [[[1] * 8] * 2 + [[1] * 7 + [2]]],  # a 2 in the last head
+)  # fmt: skip
 SAMPLINGS = [
     {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 1},
     {"temperature": 1.5, "top_k": 40, "top_p": 0.9, "seed": 2026},
@@ -128,6 +136,32 @@ def _traced(model, vocab, src, limit, beam, alpha, targets=None) -> dict:
     return trace.tree
 
 
+def head_masks(shape) -> dict:
+    """All ones and a seeded mask with a quarter of the heads off, of every kind and layer (the layout
+    [kind][layer][head] read the same way in both languages), as nested lists (the page's)."""
+    import numpy as np
+
+    rng = np.random.default_rng(44)
+    random = (rng.random(shape) > 0.25).astype(float)
+    return {"all ones": np.ones(shape).tolist(), "random": random.tolist()}
+
+
+def _masked(folder: Path, pairs: list) -> dict:
+    """``masked_bleu`` of ``pairs`` on the float32 graphs with each of ``head_masks``; and the refusals."""
+    vocab, settings = tr.Vocabulary.load(folder), tr.load_settings(folder)
+    model = tr.OnnxModel(folder, int8=False, threads=1)
+    masks = head_masks(model.head_mask_shape)
+    scores = {name: scores.masked_bleu(model, vocab, settings, pairs, mask) for name, mask in masks.items()}
+    bad = []
+    for mask in BAD_MASKS:
+        try:
+            tr.check_head_mask(mask, model.head_mask_shape)
+        except ValueError as err:
+            bad.append({"mask": mask, "error": str(err)})
+    assert len(bad) == len(BAD_MASKS)
+    return {"shape": list(model.head_mask_shape), "pairs": pairs, "masks": masks, "fp32": scores, "bad": bad}
+
+
 def _lists(weights: dict) -> dict:
     return {kind: w.tolist() for kind, w in weights.items()}
 
@@ -172,8 +206,10 @@ def cases(exported, root, tmp_path_factory) -> Path:
     with ThreadPoolExecutor(2) as pool:  # onnxruntime releases the GIL
         for kind in SENTENCES:
             runs[kind] = pool.submit(_searched, exported, kind, sentences)
+        masked = pool.submit(_masked, exported, [list(p) for p in test[:MASKED]])
     for kind, run in runs.items():
         record[kind], record["attention"][kind] = run.result()
+    record["head_masks"] = masked.result()
     path = tmp_path_factory.mktemp("js") / "cases.json"
     path.write_text(json.dumps(record, ensure_ascii=False), "utf-8")
     return path

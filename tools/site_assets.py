@@ -6,7 +6,9 @@ The in-browser translator (chapter 11.4) gets _site_assets/translator (served as
 modules from src/aiayn/web, the committed attention examples (what the page shows without a model), ``site.json``
 (what this build holds, and how many bytes the page downloads when the reader asks) and, when the published model
 is on this machine ($AIAYN_MODEL, else the user cache; never downloaded here), its int8 ONNX graphs, tokenizer and
-manifest in translator/model. The export (``python -m aiayn.export --bleu int8``) is kept in
+manifest in translator/model, and ``heads.json`` beside them: what the head grid needs (the first 100 sentences
+of test 2016, read from $AIAYN_DATA at build time and never committed, and the heads chapter 11.2's record names).
+The export (``python -m aiayn.export --bleu int8``) is kept in
 _build/translator-export/<key>, the key naming the weights and the exporter, so a second build copies it instead of
 exporting again. Weights and graphs stay out of git (both folders are ignored).
 
@@ -197,6 +199,38 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
     return out, f"exported {weights} into {out.relative_to(ROOT)} in {seconds:.0f} s"
 
 
+HEADS_JSON = "heads.json"  # the head grid's sentences and presets, beside the model's files
+HEAD_SENTENCES = 100  # the first of test 2016, scored greedily when the reader asks
+
+
+def heads_record(data: Path) -> dict:
+    """What the page's head grid reads: the first HEAD_SENTENCES pairs of test 2016 and, from chapter
+    11.2's record (multi30k.head_ablation.json), the head each layer keeps in its "one head" run and the
+    heads whose removal alone cost BLEU beyond the noise (the whole 95 % interval below 0)."""
+    from aiayn.data.multi30k import load_multi30k
+    from aiayn.model import HEAD_KINDS
+    from aiayn.runs.published import results_dir
+
+    ablation = json.loads((results_dir() / "multi30k.head_ablation.json").read_text())
+    N, h, results = ablation["N"], ablation["h"], ablation["results"]
+    kept = [[results[f"keep_one:{kind}:{n}"]["kept"] for n in range(N)] for kind in HEAD_KINDS]
+    costly = [[k, n, i] for k, kind in enumerate(HEAD_KINDS) for n in range(N) for i in range(h)
+              if results[f"head:{kind}:{n}:{i}"]["high"] < 0]  # fmt: skip
+    pairs = load_multi30k("test2016", data)[:HEAD_SENTENCES]
+    return {
+        "what": f"the first {HEAD_SENTENCES} sentences of Multi30k's test 2016 (German, English reference), which "
+        "the page translates greedily with the reader's head mask and scores with sacreBLEU; and, from chapter "
+        "11.2's head ablation (results/multi30k.head_ablation.json): kept[kind][layer], the head kept in its run "
+        "with one head a layer, and costly, the [kind, layer, head] whose removal alone cost BLEU beyond the "
+        "noise (tools/site_assets.py)",
+        "kinds": list(HEAD_KINDS),
+        "shape": [len(HEAD_KINDS), N, h],
+        "pairs": [list(pair) for pair in pairs],
+        "kept": kept,
+        "costly": costly,
+    }
+
+
 def copy_translator() -> str:
     """Fill _site_assets/translator; returns the line that says what happened to the model."""
     TRANSLATOR.mkdir(parents=True)
@@ -211,6 +245,7 @@ def copy_translator() -> str:
         "examples": "examples.json",
         "runtime": {"path": f"../vendor/{RUNTIME}", "bytes": runtime.stat().st_size, "sha256": sha256(runtime)},
         "download": None,  # {"bytes": ...} where the build holds the model
+        "heads": None,  # {"path", "bytes", "sha256"} of heads.json where the build holds the test sentences
     }
     weights, why = published_folder()
     if weights is None:
@@ -224,6 +259,10 @@ def copy_translator() -> str:
             shutil.copy2(out / name, TRANSLATOR / "model" / name)
         site["model"] = "model/manifest.json"
         site["download"] = {"bytes": download_bytes(manifest["page_bytes"], site["runtime"]["bytes"])}
+        if data is not None:  # the head grid scores test sentences: only where they are here
+            heads = TRANSLATOR / "model" / HEADS_JSON
+            heads.write_text(json.dumps(heads_record(data), ensure_ascii=False))
+            site["heads"] = {"path": f"model/{HEADS_JSON}", "bytes": heads.stat().st_size, "sha256": sha256(heads)}
         bleu = manifest["bleu"]
         scores = (
             f"BLEU of the int8 files on test2016: greedy {bleu['int8.beam1']['bleu']:.2f}, "

@@ -51,6 +51,7 @@ def shortlisted(folder: Path, manifest: dict) -> dict:
     import statistics
 
     from aiayn.data.multi30k import load_multi30k
+    from aiayn.export import scores
     from aiayn.export import translator as tr
     from aiayn.export.shortlist import load, targets
 
@@ -59,7 +60,7 @@ def shortlisted(folder: Path, manifest: dict) -> dict:
         raise SystemExit(f"{folder} has no shortlist.json: export without --shortlist none")
     pairs = load_multi30k("test2016")
     lengths = [len(targets(record, tr.source_ids(vocab, s, 256), vocab.eos_id)) for s, _ in pairs]
-    every = tr.score_files(folder, pairs, True, (1, manifest["settings"]["beam"]), shortlisted=False)
+    every = scores.score_files(folder, pairs, True, (1, manifest["settings"]["beam"]), shortlisted=False)
     return {
         "top": record["top"],
         "frequent": len(record["frequent"]),

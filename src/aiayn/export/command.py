@@ -46,8 +46,8 @@ from .folders import (
     staged,
 )
 from .graphs import MANIFEST, export
+from .scores import score_files
 from .shortlist import build as build_shortlist
-from .translator import score_files
 
 
 class ExportInterrupted(Exception):

@@ -2,8 +2,9 @@
 
 An export of the published model or any run folder is a folder of:
 
-- ``encoder.onnx``: source ids ``src (batch, src_len)`` -> ``memory (batch, src_len, d_model)`` and
-  ``encoder_attention (N, batch, h, src_len, src_len)``, the weights of every layer and head;
+- ``encoder.onnx``: source ids ``src (batch, src_len)`` and a ``head_mask (3, N, h)`` ->
+  ``memory (batch, src_len, d_model)`` and ``encoder_attention (N, batch, h, src_len, src_len)``,
+  the weights of every layer and head;
 - ``decoder.onnx``: ``memory``, ``src`` and a ``prefix (batch, tgt_len)`` that starts with ``<bos>``
   -> ``log_probs (batch, V)`` of the token after the prefix, ``cross_attention
   (N, batch, h, tgt_len, src_len)`` and ``decoder_attention (N, batch, h, tgt_len, tgt_len)``. It
@@ -12,10 +13,14 @@ An export of the published model or any run folder is a folder of:
   keys and values every decoder layer's cross-attention reads, computed once a sentence;
 - ``decoder_step.onnx``: the decoder over new positions only, ``tokens (batch, new_len)``, with
   ``src``, ``cross_k``, ``cross_v``, the key/value cache of the earlier positions ``past_k``,
-  ``past_v (N, batch, h, past_len, d_k)`` and the ids to score, ``targets (K,)`` (all V, or a
-  sentence's shortlist, ``aiayn.export.shortlist``) -> ``log_probs (batch, K)`` over those ids,
+  ``past_v (N, batch, h, past_len, d_k)``, the ids to score, ``targets (K,)`` (all V, or a
+  sentence's shortlist, ``aiayn.export.shortlist``) and the ``head_mask`` -> ``log_probs (batch, K)`` over those ids,
   ``present_k``, ``present_v`` (the cache one step longer) and the new positions'
   ``cross_attention`` and ``decoder_attention``. A step costs one position, not the whole prefix;
+- the ``head_mask (3, N, h)`` of the encoder and the step graph: float32 0 and 1, kind
+  (``aiayn.model.HEAD_KINDS``: encoder, decoder self, cross) × layer × head, each head's output
+  times its number before W^O as ``MultiHeadAttention.attend`` does (``set_head_mask``); all ones
+  changes no bit. ``decoder.onnx``, the reference, has none;
 - ``*.int8.onnx``: the same graphs with int8 weights
   (``onnxruntime.quantization.quantize_dynamic``); the book's page downloads the encoder,
   ``cross_kv`` and ``decoder_step`` ones (``PAGE_GRAPHS``);
@@ -52,6 +57,8 @@ from .shortlist import FILE as SHORTLIST_JSON
 # every graph an export writes; the page and onnx_translator run PAGE_GRAPHS
 GRAPHS = ("encoder", "decoder", "cross_kv", "decoder_step")
 PAGE_GRAPHS = ("encoder", "cross_kv", "decoder_step")
+HEAD_MASK = "head_mask"  # an input of the encoder and the step graph
+ENCODER_INPUTS = ["src", HEAD_MASK]
 ENCODER_OUTPUTS = ["memory", "encoder_attention"]
 DECODER_INPUTS = ["memory", "src", "prefix"]
 DECODER_OUTPUTS = ["log_probs", "cross_attention", "decoder_attention"]
@@ -64,6 +71,7 @@ STEP_INPUTS = [
     "past_k",
     "past_v",
     "targets",
+    HEAD_MASK,
 ]
 STEP_OUTPUTS = [
     "log_probs",
@@ -134,16 +142,18 @@ class EncoderGraph(nn.Module):
 
     The model's own ``encode`` checks shapes in Python, which tracing cannot follow; here the
     padding mask is one tensor expression. The explicit attention path keeps every layer's weights.
+    ``head_mask (3, N, h)``: the encoder's heads are ``head_mask[0]``.
     """
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src: torch.Tensor):
+    def forward(self, src: torch.Tensor, head_mask: torch.Tensor):
         m = self.model
         src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
-        memory = m.encoder(m.src_embed(src), src_mask)  # (B, S, d_model)
+        with _heads(m, head_mask):
+            memory = m.encoder(m.src_embed(src), src_mask)  # (B, S, d_model)
         weights = [layer.self_attn.attn for layer in m.encoder.layers]
         return memory, torch.stack(weights)  # (N, B, h, S, S)
 
@@ -208,7 +218,8 @@ class DecoderStepGraph(nn.Module):
     them. Returns the log-probabilities of the token after the last one over the targets
     ``(B, K)``, ``present_k`` and ``present_v`` (the cache grown by L positions), and the attention
     weights of the new positions. Searching, L is 1; with ``P = 0``, the whole prefix and every id
-    as targets it is ``DecoderGraph``.
+    as targets it is ``DecoderGraph``. ``head_mask (3, N, h)``: the decoder's heads are
+    ``head_mask[1]`` (self-attention) and ``head_mask[2]`` (cross-attention).
     """
 
     def __init__(self, model: nn.Module):
@@ -216,8 +227,15 @@ class DecoderStepGraph(nn.Module):
         self.model = model
 
     def forward(
-        self, tokens, src, cross_k, cross_v, past_k, past_v, targets
-    ):
+        self, tokens, src, cross_k, cross_v, past_k, past_v, targets,
+        head_mask,
+    ):  # fmt: skip
+        with _heads(self.model, head_mask):
+            return self._step(
+                tokens, src, cross_k, cross_v, past_k, past_v, targets
+            )
+
+    def _step(self, tokens, src, cross_k, cross_v, past_k, past_v, targets):
         m = self.model
         B, L, P = tokens.size(0), tokens.size(1), past_k.size(3)
         src_mask = (src != m.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
@@ -261,6 +279,25 @@ class DecoderStepGraph(nn.Module):
             torch.stack(crosses),
             torch.stack(selves),
         )
+
+
+@contextlib.contextmanager
+def _heads(model: nn.Module, head_mask: torch.Tensor) -> Iterator[None]:
+    """``set_head_mask`` for a graph's input: each module's ``head_mask[kind, layer] (h,)``.
+
+    Unchecked (an exported graph cannot branch on the values): the translator checks a mask
+    before it runs one (``aiayn.export.translator.check_head_mask``).
+    """
+    grid = model.attention_grid()  # (3, N) modules
+    previous = [(a, a.head_mask) for row in grid for a in row]
+    for k, row in enumerate(grid):
+        for n, a in enumerate(row):
+            a.head_mask = head_mask[k, n]  # (h,)
+    try:
+        yield
+    finally:
+        for a, was in previous:
+            a.head_mask = was
 
 
 def _merged(attention: nn.Module, heads: torch.Tensor) -> torch.Tensor:
@@ -310,6 +347,7 @@ def export_graphs(
     targets = torch.arange(2, 13)  # (11,): K unlike every other example size
     src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 6, 7, 2, 0, 0]])  # (2, 6)
     prefix = torch.tensor([[1, 5, 6], [1, 7, 8]])  # (2, 3)
+    ones = torch.ones(model.head_mask_shape)  # (3, N, h): every head
     paths = [out / graph_file(n, False) for n in GRAPHS]
     with (
         set_fused(model, False),  # the explicit path keeps the weights
@@ -319,28 +357,28 @@ def export_graphs(
         _bar(len(GRAPHS), "ONNX export", "graph", progress) as bar,
     ):
         warnings.simplefilter("ignore")  # the exporter's notes
-        memory = EncoderGraph(model)(src)[0]
+        memory = EncoderGraph(model)(src, ones)[0]
         cross_k, cross_v = CrossKVGraph(model)(memory)  # (N, 2, h, 6, d_k)
         # the cache after the first two positions, fed the next two
         past = DecoderStepGraph(model)(
             prefix[:, :2], src, cross_k, cross_v,
-            *(cross_k[:, :, :, :0],) * 2, targets,
+            *(cross_k[:, :, :, :0],) * 2, targets, ones,
         )[1:3]  # fmt: skip
         rows_and_src = {1: batch, 3: S}
         rows_and_past = {1: batch, 3: P}
         graphs = [
-            (EncoderGraph, (src,), ["src"], ENCODER_OUTPUTS,
-             [{0: batch, 1: S}]),
+            (EncoderGraph, (src, ones), ENCODER_INPUTS, ENCODER_OUTPUTS,
+             [{0: batch, 1: S}, None]),
             (DecoderGraph, (memory, src, prefix), DECODER_INPUTS,
              DECODER_OUTPUTS, [{0: batch, 1: S}, {0: batch, 1: S},
                                {0: batch, 1: T}]),
             (CrossKVGraph, (memory,), ["memory"], CROSS_KV_OUTPUTS,
              [{0: batch, 1: S}]),
             (DecoderStepGraph,
-             (prefix[:, 1:], src, cross_k, cross_v, *past, targets),
+             (prefix[:, 1:], src, cross_k, cross_v, *past, targets, ones),
              STEP_INPUTS, STEP_OUTPUTS,
              [{0: batch, 1: L}, {0: batch, 1: S}, rows_and_src,
-              rows_and_src, rows_and_past, rows_and_past, {0: K}]),
+              rows_and_src, rows_and_past, rows_and_past, {0: K}, None]),
         ]  # fmt: skip
         for path, (graph, args, names, outputs, shapes) in zip(
             paths, graphs, strict=True
@@ -632,7 +670,7 @@ def export(
         "source": source or {},
         "settings": settings,
         "inputs": {
-            "encoder": ["src"],
+            "encoder": ENCODER_INPUTS,
             "decoder": DECODER_INPUTS,
             "cross_kv": ["memory"],
             "decoder_step": STEP_INPUTS,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS, graph_file
+from .graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS, HEAD_MASK, graph_file
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,34 @@ class PrefixModel:
             )
             for name in ("encoder", "decoder")
         )
+        inputs = {i.name: i.shape for i in self.encoder.get_inputs()}
+        self.head_mask_shape = tuple(inputs[HEAD_MASK])
 
-    def encode(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
-        return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
+    def heads(self, head_mask: Any = None) -> np.ndarray:
+        """All ones: ``decoder.onnx`` takes no head mask, so a mask is refused."""
+        if head_mask is not None:
+            raise ValueError(
+                "PrefixModel runs every head: decoder.onnx, the reference, "
+                "takes no head_mask (OnnxModel's step graph does)"
+            )
+        return np.ones(self.head_mask_shape, np.float32)
+
+    def encode(
+        self, src: np.ndarray, head_mask: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``src (rows, S)`` -> ``memory`` and the encoder's attention (every head)."""
+        feed = {"src": src, HEAD_MASK: self.heads(head_mask)}
+        return tuple(self.encoder.run(ENCODER_OUTPUTS, feed))
 
     def start(
-        self, memory: np.ndarray, src: np.ndarray, targets: np.ndarray
+        self,
+        memory: np.ndarray,
+        src: np.ndarray,
+        targets: np.ndarray,
+        head_mask: Any = None,
     ) -> Prefix:
-        """No position yet: an empty prefix."""
+        """No position yet: an empty prefix (``head_mask``: none, ``heads``)."""
+        self.heads(head_mask)
         empty = np.zeros((src.shape[0], 0), np.int64)  # (rows, 0)
         return Prefix(memory, src, empty, targets)
 

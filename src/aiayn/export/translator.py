@@ -5,8 +5,13 @@ The page reads the files of an export (``aiayn.export.graphs``) and runs them wi
 between steps, ``Vocabulary``, ``bpe_encode``, ``source_ids`` and ``detokenize`` are its
 tokenizer, ``greedy``, ``beam_search`` and ``sample`` its search, ``SearchTree``
 (``search_tree``) what a beam search did (the tree the page draws), ``attention`` the weights it draws.
-``score_files`` is the BLEU that ``python -m aiayn.export`` records in the manifest. Each function has
-a twin of the same name in translator.mjs, camelCase there (``beam_search`` is ``beamSearch``).
+The BLEU of the files (the manifest's, the head grid's) is ``aiayn.export.scores``'s. Each
+function has a twin of the same name in translator.mjs, camelCase there (``beam_search`` is
+``beamSearch``).
+
+The head mask. The encoder and the step graph read a ``head_mask (3, N, h)`` of 0 and 1
+(``aiayn.model.set_head_mask``'s layout); every search takes one (``None``: all ones, every head),
+checked by ``check_head_mask`` and kept in the ``Cache`` so that each step reads the same.
 
 The cache. A step runs ``decoder_step.onnx`` over the one new token, with the self-attention keys
 and values of the tokens before it and the cross-attention ones of the source (computed once,
@@ -34,7 +39,6 @@ import json
 import math
 import numbers
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +53,7 @@ from ..decoding.translate import is_blank, normalise
 from .graphs import (
     CROSS_KV_OUTPUTS,
     ENCODER_OUTPUTS,
+    HEAD_MASK,
     PAGE_GRAPHS,
     SETTINGS_JSON,
     STEP_OUTPUTS,
@@ -97,21 +102,46 @@ class OnnxModel:
             for name in PAGE_GRAPHS
         )
 
-    def encode(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``src (rows, S)`` -> ``memory`` and the encoder's attention."""
-        return tuple(self.encoder.run(ENCODER_OUTPUTS, {"src": src}))
+        # (3, N, h), as the graphs declare it
+        inputs = {i.name: i.shape for i in self.encoder.get_inputs()}
+        if HEAD_MASK not in inputs:
+            raise ValueError(
+                f"{folder / graph_file('encoder', int8)} takes no {HEAD_MASK}: "
+                f"it was exported before the page could switch heads off; "
+                f"{AGAIN}"
+            )
+        self.head_mask_shape = tuple(inputs[HEAD_MASK])
+
+    def heads(self, head_mask: Any = None) -> np.ndarray:
+        """``head_mask`` checked (``check_head_mask``) as float32 ``(3, N, h)``; ``None``: all ones."""
+        if head_mask is None:
+            return np.ones(self.head_mask_shape, np.float32)
+        return check_head_mask(head_mask, self.head_mask_shape)
+
+    def encode(
+        self, src: np.ndarray, head_mask: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``src (rows, S)`` and a ``head_mask (3, N, h)`` (checked by ``heads``; ``None``: every
+        head) -> ``memory`` and the encoder's attention."""
+        feed = {"src": src, HEAD_MASK: self.heads(head_mask)}
+        return tuple(self.encoder.run(ENCODER_OUTPUTS, feed))
 
     def start(
-        self, memory: np.ndarray, src: np.ndarray, targets: np.ndarray
+        self,
+        memory: np.ndarray,
+        src: np.ndarray,
+        targets: np.ndarray,
+        head_mask: Any = None,
     ) -> Cache:
         """The cache before the first step: the cross-attention's keys and values, no position,
-        and the ids every step scores, ``targets (K,)`` (``scored``)."""
+        the ids every step scores, ``targets (K,)`` (``scored``), and ``head_mask`` (``heads``)."""
         cross_k, cross_v = self.cross_kv.run(
             CROSS_KV_OUTPUTS, {"memory": memory}
         )  # (N, rows, h, S, d_k)
         N, rows, h, _, d_k = cross_k.shape
         empty = np.zeros((N, rows, h, 0, d_k), np.float32)  # P = 0
-        return Cache(src, cross_k, cross_v, empty, empty, targets)
+        mask = self.heads(head_mask)  # (3, N, h)
+        return Cache(src, cross_k, cross_v, empty, empty, targets, mask)
 
     def step(self, cache: Cache, tokens: np.ndarray) -> tuple[Any, ...]:
         """``tokens (rows, L)`` after the cache's positions -> ``log_probs (rows, K)`` of the next
@@ -125,13 +155,15 @@ class OnnxModel:
             "past_k": cache.past_k,
             "past_v": cache.past_v,
             "targets": cache.targets,
+            HEAD_MASK: cache.heads,
         }
         log_probs, k, v, cross, self_attn = self.decoder_step.run(
             STEP_OUTPUTS, feed
         )
         grown = Cache(
-            cache.src, cache.cross_k, cache.cross_v, k, v, cache.targets
-        )
+            cache.src, cache.cross_k, cache.cross_v, k, v, cache.targets,
+            cache.heads,
+        )  # fmt: skip
         return log_probs, grown, cross, self_attn
 
 
@@ -161,7 +193,8 @@ class Cache:
 
     ``src (rows, S)``; ``cross_k``, ``cross_v (N, rows, h, S, d_k)``, computed once from the
     memory; ``past_k``, ``past_v (N, rows, h, P, d_k)``, the self-attention keys and values
-    of the P positions decoded so far; ``targets (K,)``, the ids each step scores (all rows).
+    of the P positions decoded so far; ``targets (K,)``, the ids each step scores (all rows);
+    ``heads (3, N, h)``, the head mask each step reads (all rows).
     """
 
     src: np.ndarray
@@ -170,6 +203,7 @@ class Cache:
     past_k: np.ndarray
     past_v: np.ndarray
     targets: np.ndarray
+    heads: np.ndarray
 
     def rows(self, index: Sequence[int]) -> Cache:
         """The cache of rows ``index`` (repeated or reordered): beam search keeps its beams'."""
@@ -179,7 +213,46 @@ class Cache:
             *(t[:, index] for t in (self.cross_k, self.cross_v)),
             *(t[:, index] for t in (self.past_k, self.past_v)),
             self.targets,
+            self.heads,
         )
+
+
+def check_head_mask(mask: Any, shape: Sequence[int]) -> np.ndarray:
+    """``mask`` as float32 ``shape`` (``(3, N, h)``) if it holds only 0 and 1, else a ``ValueError``.
+
+    ``aiayn.attention.check_head_mask`` for the graphs: a numpy array, a tensor or nested lists of
+    numbers (the page's grid); anything else, another shape, a value that is not finite or neither
+    0 nor 1 is refused with what was expected.
+    """
+    want = f"{_shape(shape)} numbers 0 and 1"
+    try:
+        values = np.asarray(mask)
+    except (TypeError, ValueError):  # ragged lists
+        values = np.asarray(None)
+    if values.dtype == object or values.dtype.kind not in "iuf":
+        raise ValueError(
+            f"head_mask: expected {want}, got {type(mask).__name__} "
+            f"{str(mask)[:40]}"
+        )
+    if values.shape != tuple(shape):
+        raise ValueError(
+            f"head_mask: expected {want}, got shape {_shape(values.shape)}"
+        )
+    if not np.isfinite(values).all():
+        raise ValueError(
+            f"head_mask: expected {want}, got a value that is not finite"
+        )
+    other = values[(values != 0) & (values != 1)]
+    if other.size:
+        raise ValueError(
+            f"head_mask: expected {want}, got the value {other[0]:g}"
+        )
+    return values.astype(np.float32)
+
+
+def _shape(shape: Sequence[int]) -> str:
+    """``(3, 3, 8)``, ``(3,)`` and ``()`` written the same in Python and JavaScript."""
+    return f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
 
 
 class Vocabulary:
@@ -412,13 +485,15 @@ def greedy(
     src_ids: list[int],
     limit: int,
     targets: Sequence[int] | None = None,
+    head_mask: Any = None,
 ) -> list[int]:
     """The most probable token at every step: ``<bos>`` first, ``<eos>`` last (unless cut at ``limit``).
 
-    ``targets``: the ids to score (a shortlist), else all."""
+    ``targets``: the ids to score (a shortlist), else all. ``head_mask``: ``(3, N, h)`` of 0 and
+    1, the heads switched off (at 0); ``None``: every head."""
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
-    memory, _ = model.encode(src)
-    cache = model.start(memory, src, scored(vocab, targets))
+    memory, _ = model.encode(src, head_mask)
+    cache = model.start(memory, src, scored(vocab, targets), head_mask)
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
@@ -438,6 +513,7 @@ def sample(
     limit: int,
     sampling: dict[str, Any],
     on_step: Callable[[int, np.ndarray], None] | None = None,
+    head_mask: Any = None,
 ) -> list[int]:
     """Draw every token as ``aiayn.decoding.search.sample(..., seed=)`` does; ``<bos>`` first.
 
@@ -445,6 +521,7 @@ def sample(
         sampling: ``{"temperature", "top_k", "top_p", "seed"}``; ``top_k`` and ``top_p``
             may be ``None`` (keep all).
         on_step: told each token drawn and the ``(V,)`` probabilities it was drawn from.
+        head_mask: as ``greedy``'s.
 
     Every id can be drawn: no shortlist, so that a seed draws what ``decoding.sample`` draws.
     """
@@ -453,8 +530,8 @@ def sample(
     check_sampling(temperature, top_k, top_p)
     random = Mulberry32(sampling["seed"])
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
-    memory, _ = model.encode(src)
-    cache = model.start(memory, src, scored(vocab, None))  # every id
+    memory, _ = model.encode(src, head_mask)
+    cache = model.start(memory, src, scored(vocab, None), head_mask)
     ys = [vocab.bos_id]
     while len(ys) < limit:
         last = np.array([ys[-1:]], dtype=np.int64)  # (1, 1)
@@ -484,17 +561,19 @@ def beam_search(
     alpha: float = 0.6,
     targets: Sequence[int] | None = None,
     trace: SearchTree | None = None,
+    head_mask: Any = None,
 ) -> list[int]:
     """``aiayn.decoding.search.beam_search`` for one sentence: K prefixes ranked by log P / lp.
 
     A beam that wrote ``<eos>`` keeps its score and competes with the live ones; the search ends
     when every beam has finished or the prefixes reach ``limit`` columns. Sums are in float64.
     ``targets``: the ids to score (a shortlist), else all. ``trace``: a ``SearchTree`` that
-    records what the search did (the output is the same with or without one).
+    records what the search did (the output is the same with or without one). ``head_mask``: as
+    ``greedy``'s.
     """
     src = np.array([src_ids], dtype=np.int64)  # (1, S)
-    memory, _ = model.encode(src)
-    cache = model.start(memory, src, scored(vocab, targets))
+    memory, _ = model.encode(src, head_mask)
+    cache = model.start(memory, src, scored(vocab, targets), head_mask)
     cache = cache.rows([0] * beam)  # K rows
     beams = [[vocab.bos_id] for _ in range(beam)]
     log_p = [0.0] + [-math.inf] * (
@@ -552,17 +631,21 @@ def beam_search(
 
 
 def attention(
-    model: OnnxModel, src_ids: list[int], ys: list[int]
+    model: OnnxModel,
+    src_ids: list[int],
+    ys: list[int],
+    head_mask: Any = None,
 ) -> dict[str, np.ndarray]:
-    """The attention of a translation ``ys`` (``<bos>`` first), re-read with teacher forcing.
+    """The attention of a translation ``ys`` (``<bos>`` first), re-read with teacher forcing
+    (``head_mask``: as ``greedy``'s).
 
     Returns ``{"encoder": (N, h, S, S), "cross": (N, h, T, S), "decoder_self": (N, h, T, T)}``
     with T = ``len(ys) - 1``: row t is the step that wrote ``ys[t + 1]``.
     """
     src = np.array([src_ids], dtype=np.int64)
-    memory, encoder = model.encode(src)
+    memory, encoder = model.encode(src, head_mask)
     unread = np.zeros(1, dtype=np.int64)  # log_probs unread: one id scored
-    cache = model.start(memory, src, unread)
+    cache = model.start(memory, src, unread, head_mask)
     prefix = np.array([ys[:-1]], dtype=np.int64)  # (1, T): all at once
     _, _, cross, self_attn = model.step(cache, prefix)
     return {
@@ -580,21 +663,23 @@ def translate_ids(
     beam: int | None = None,
     shortlist: dict[str, Any] | None = None,
     trace: SearchTree | None = None,
+    head_mask: Any = None,
 ) -> list[int]:
     """Greedy (``beam=1``) or beam search with the run's settings; ``<bos>`` first.
 
     ``shortlist``: ``aiayn.export.shortlist``'s record; each step scores the sentence's targets only.
-    ``trace``: a ``SearchTree`` that a beam search fills (greedy leaves it as it is)."""
+    ``trace``: a ``SearchTree`` that a beam search fills (greedy leaves it as it is). ``head_mask``:
+    as ``greedy``'s."""
     beam = settings["beam"] if beam is None else beam
     limit = output_limit(len(src_ids), settings)
     targets = None
     if shortlist is not None:
         targets = shortlist_targets(shortlist, src_ids, vocab.eos_id)
     if beam == 1:
-        return greedy(model, vocab, src_ids, limit, targets)
+        return greedy(model, vocab, src_ids, limit, targets, head_mask)
     return beam_search(
         model, vocab, src_ids, limit, beam, settings["length_penalty"],
-        targets, trace,
+        targets, trace, head_mask,
     )  # fmt: skip
 
 
@@ -608,21 +693,25 @@ def translate(
     progress: bool = False,
     desc: str = "translate",
     shortlist: dict[str, Any] | None = None,
+    head_mask: Any = None,
 ) -> list[str]:
     """Translate ``sentences`` one by one (``workers`` at a time); a sentence with no known piece gives ``""``.
 
-    ``progress``: a bar over the sentences, named ``desc``. ``shortlist``: as ``translate_ids``.
+    ``progress``: a bar over the sentences, named ``desc``. ``shortlist`` and ``head_mask``: as
+    ``translate_ids``.
     """
     from concurrent.futures import ThreadPoolExecutor
+
+    head_mask = model.heads(head_mask)  # refused before any sentence
 
     def one(text: str) -> str:
         ids = source_ids(vocab, text, settings["max_len"])
         if ids is None:
             return ""
-        return detokenize(
-            vocab,
-            translate_ids(model, vocab, ids, settings, beam, shortlist),
+        ys = translate_ids(
+            model, vocab, ids, settings, beam, shortlist, None, head_mask
         )
+        return detokenize(vocab, ys)
 
     pool = ThreadPoolExecutor(workers)  # onnxruntime releases the GIL
     outputs = []
@@ -634,50 +723,3 @@ def translate(
     finally:  # on Ctrl-C, the sentences not started are dropped
         pool.shutdown(wait=True, cancel_futures=True)
     return outputs
-
-
-def score_files(
-    folder: str | os.PathLike,
-    pairs: Sequence[tuple[str, str]],
-    int8: bool = True,
-    beams: Sequence[int] = (1, 4),
-    workers: int = 2,
-    progress: bool = False,
-    shortlisted: bool = True,
-) -> dict[str, Any]:
-    """sacreBLEU of the graphs in ``folder`` on ``pairs``, for each beam size; and the outputs.
-
-    With the folder's shortlist when it has one, the search the page runs when the reader switches
-    the shortlist on (``shortlisted=False``: every id scored, the page's default; the two differ
-    by at most 0.2 BLEU on test2016, ``results/multi30k.translator.json``). ``progress``: a bar over
-    the sentences of each beam size.
-    """
-    from sacrebleu.metrics import BLEU
-
-    folder = Path(folder)
-    settings = load_settings(folder)
-    model, vocab = OnnxModel(folder, int8), Vocabulary.load(folder)
-    shortlist = load_shortlist(folder, vocab) if shortlisted else None
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    scores = {}
-    for beam in beams:
-        started = time.perf_counter()
-        name = f"{'int8' if int8 else 'fp32'} beam{beam}"
-        hypotheses = translate(
-            model, vocab, sources, settings, beam, workers, progress, name,
-            shortlist,
-        )  # fmt: skip
-        bleu = BLEU()
-        scores[f"beam{beam}"] = {
-            "bleu": round(
-                bleu.corpus_score(hypotheses, [references]).score, 2
-            ),
-            "signature": str(bleu.get_signature()),
-            "sentences": len(pairs),
-            "length_penalty": settings["length_penalty"]
-            if beam > 1
-            else None,
-            "decode_s": round(time.perf_counter() - started, 1),
-            "hypotheses": hypotheses,
-        }
-    return scores

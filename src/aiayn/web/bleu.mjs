@@ -2,7 +2,7 @@
 // (tokenize_13a -> tokenize13a, _ngrams -> ngrams, _sentence_stats ->
 // sentenceStats, _brevity_penalty -> brevityPenalty, _smoothed_precisions ->
 // smoothedPrecisions, _geometric_mean -> geometricMean, _score -> score,
-// sentence_bleu -> sentenceBleu), in the same order, with the same
+// sentence_bleu -> sentenceBleu, corpus_bleu -> corpusBleu), in the same order, with the same
 // arguments. No DOM: bleu_page.mjs draws, and the Node tests
 // (tests/js/bleu.test.mjs) hold each function to the Python's output.
 // n n-gram order (1..maxOrder), c hypothesis length, r reference length.
@@ -195,4 +195,38 @@ export function sentenceBleu(hypothesis, references, maxOrder = 4,
   const prepared = refs.map((ref) => prepare(ref, lowercase));
   const {c, r, counts, totals} = sentenceStats(hyp, prepared, maxOrder);
   return score(counts, totals, c, r, maxOrder, smooth, smoothValue, true);
+}
+
+/** aiayn.bleu.corpus_bleu, which equals sacrebleu.corpus_bleu with the
+ *  defaults: hypotheses (N strings) and, per hypothesis, a reference string
+ *  or an array of them -> score's result from the statistics summed over
+ *  the corpus. */
+export function corpusBleu(hypotheses, references, maxOrder = 4,
+    smooth = 'exp', smoothValue = null, lowercase = false,
+    effectiveOrder = false) {
+  if (!Array.isArray(hypotheses) || !Array.isArray(references) ||
+      hypotheses.length !== references.length || hypotheses.length === 0) {
+    throw new TypeError('corpusBleu expects as many references as ' +
+      `hypotheses, at least one, got ${hypotheses?.length} and ` +
+      `${references?.length}`);
+  }
+  if (!(smooth in SMOOTHING_METHODS)) {
+    throw new RangeError(`smooth must be one of ` +
+      `${Object.keys(SMOOTHING_METHODS).sort().join(', ')}, got ${smooth}`);
+  }
+  let [c, r] = [0, 0];
+  const counts = new Array(maxOrder).fill(0);
+  const totals = new Array(maxOrder).fill(0);
+  hypotheses.forEach((hypothesis, i) => {
+    const refs = typeof references[i] === 'string' ? [references[i]] :
+      references[i];
+    const stats = sentenceStats(prepare(hypothesis, lowercase),
+        refs.map((ref) => prepare(ref, lowercase)), maxOrder);
+    c += stats.c;
+    r += stats.r;
+    stats.counts.forEach((m, n) => counts[n] += m);
+    stats.totals.forEach((t, n) => totals[n] += t);
+  });
+  return score(counts, totals, c, r, maxOrder, smooth, smoothValue,
+      effectiveOrder);
 }

@@ -14,13 +14,15 @@
 //   site.json       what this build holds: the model's manifest (or null), the runtime, the bytes the
 //                   page downloads, the examples
 //   model/          manifest.json, encoder.int8.onnx, cross_kv.int8.onnx, decoder_step.int8.onnx,
-//                   tokenizer.json, translator.json, shortlist.json
+//                   tokenizer.json, translator.json, shortlist.json; heads.json, the head grid's 100 test
+//                   sentences and presets (fetched once the translator is loaded)
 //   examples.json   chapter 11.2's three sentences and their attention, in thousandths
 //   worker.mjs      the search, off the main thread
-//   heatmap.mjs     the attention map; beam_tree.mjs, a beam search's tree
+//   heatmap.mjs     the attention map; beam_tree.mjs, a beam search's tree; heads.mjs, the head grid
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
 
 import {BeamTreeView} from './beam_tree.mjs';
+import {HeadGrid} from './heads.mjs';
 import {AttentionView} from './heatmap.mjs';
 
 const here = path => new URL(path, import.meta.url);
@@ -338,7 +340,8 @@ function live(root, site, manifest, manifestUrl) {
   // what a screen reader announces when a translation is done: the English and its time
   const announce = element('p', {class: 'aiayn-announce', role: 'status', 'aria-live': 'polite'});
   const draws = drawsView();
-  root.append(form, message, english, timing, announce, draws.list);
+  const headsSlot = element('div', {class: 'aiayn-heads-slot'});  // the head grid, once loaded
+  root.append(form, headsSlot, message, english, timing, announce, draws.list);
   const tree = new BeamTreeView(root);  // a beam search's tree, drawn above its attention
   const view = new AttentionView(root);
   const chosen = () => form.elements['aiayn-decoding'].value;
@@ -363,12 +366,58 @@ function live(root, site, manifest, manifestUrl) {
     view.clear();
   };
   let ask = null;
+  let grid = null;  // the head grid, where this build has heads.json
+  let asked = false;  // a sentence was translated: a change of the mask translates it again
+  let again = false;  // the mask changed while a sentence was being translated
+  let pending = null;  // the timer that translates again after a change of the mask
+  const translateAgain = () => {
+    if (!asked) return;  // nothing translated yet
+    clearTimeout(pending);
+    pending = setTimeout(() => {  // a burst of clicks translates once
+      if (go.disabled) again = true;
+      else form.requestSubmit();
+    }, 150);
+  };
+  let everyHead = null;  // the BLEU of every head on the 100 sentences, scored once
+  const score = async () => {
+    const {pairs} = grid.record;
+    const mask = grid.headMask();
+    const run = async (what, headMask) => {
+      grid.scoring(what, 0);
+      return ask('score', {pairs, headMask}, [], k => grid.scoring(what, k));
+    };
+    try {
+      everyHead = everyHead ?? await run('every head', null);
+      const ours = mask === null ? everyHead : await run('your heads', mask);
+      const on = (mask ?? grid.mask).flat(2).filter(v => v === 1).length;
+      grid.say(`sacreBLEU of the first ${pairs.length} test sentences (greedy, int8): ` +
+        `${ours.bleu.toFixed(2)} with ${on} of ${grid.mask.flat(2).length} heads, ` +
+        `${everyHead.bleu.toFixed(2)} with every head; ` +
+        `${(ours.ms / 1000).toFixed(1)} s on this machine (one thread).`);
+      grid.showLines(ours.hypotheses, everyHead.hypotheses);
+    } catch (err) {
+      grid.say(`The scoring failed: ${err.message}`);
+    } finally {
+      grid.scoring('', null);
+    }
+  };
+  const addGrid = async () => {  // the translator works without it: a failure is said in its place
+    if (!site.heads) return;  // a build without the test sentences: no grid
+    try {
+      const {bytes} = await fileOf(here(site.heads.path), site.heads, () => {});
+      const record = JSON.parse(new TextDecoder().decode(bytes));
+      grid = new HeadGrid(headsSlot, record, {onChange: translateAgain, onScore: score});
+    } catch (err) {
+      headsSlot.append(paragraph('aiayn-message aiayn-error', `The head grid could not load: ${err.message}`));
+    }
+  };
   load.addEventListener('click', async () => {
     load.disabled = true;
     progress.hidden = false;
     try {
       ask = await loadTranslator(site, manifest, manifestUrl, {progress, say});
       ask('speed').then(listed.measured, () => {});  // timed while the reader types: a switch's line only
+      await addGrid();
       load.hidden = true;
       go.disabled = false;
       go.focus();  // the button that was pressed is gone: the next one takes the focus
@@ -385,14 +434,19 @@ function live(root, site, manifest, manifestUrl) {
     const k = chosen() === 'beam' ? beam : 1;
     const sampling = chosen() === 'sample' ? knobs.read() : null;
     const shortlist = sampling === null && listed.box.checked;  // sampling draws from every id
-    const how = sampling ? describe(sampling)
-      : `${k === 1 ? 'greedy' : `beam search, K = ${k}`}${shortlist ? ', shortlist' : ''}`;
+    asked = true;
+    const headMask = grid ? grid.headMask() : null;
+    const heads = headMask === null ? '' :
+      `, ${headMask.flat(2).filter(v => v === 1).length} of ${headMask.flat(2).length} heads`;
+    const how = (sampling ? describe(sampling)
+      : `${k === 1 ? 'greedy' : `beam search, K = ${k}`}${shortlist ? ', shortlist' : ''}`) + heads;
     clear();
     announce.textContent = '';
     go.disabled = true;
     say(`Translating (${how})…`);
     try {  // in the worker
-      const answer = await ask('translate', {sentence: text.value, beam: k, shortlist, sampling}, [], draws.add);
+      const answer = await ask('translate', {sentence: text.value, beam: k, shortlist, sampling, headMask}, [],
+        draws.add);
       if (answer.problem) return say(answer.problem, true);
       english.textContent = answer.english;
       timing.textContent = `${how[0].toUpperCase()}${how.slice(1)}: ` +
@@ -402,7 +456,7 @@ function live(root, site, manifest, manifestUrl) {
       announce.textContent = `${answer.english} (${Math.round(answer.ms).toLocaleString('en')} ms)`;
       if (answer.tree) tree.show(answer.tree, answer.source);  // the search's tree, beside the English
       say('Drawing where the model looked…');  // the English is shown: the map follows
-      const {tokens, maps} = await ask('attention', {ids: answer.ids, ys: answer.ys});
+      const {tokens, maps} = await ask('attention', {ids: answer.ids, ys: answer.ys, headMask});
       view.show(tokens, maps);
       const first = answer.tree ? 'the search\'s tree, then ' : '';
       say(sampling === null ? `Below: ${first}where the model looked while it wrote this translation.`
@@ -414,7 +468,12 @@ function live(root, site, manifest, manifestUrl) {
       say(`The translation failed: ${err.message}`, true);
     } finally {
       go.disabled = false;
-      text.focus({preventScroll: true});  // back in the box, for the next sentence
+      if (again) {  // the reader changed the heads meanwhile: this answer is out of date
+        again = false;
+        form.requestSubmit();
+      } else if (!grid?.box.contains(document.activeElement)) {
+        text.focus({preventScroll: true});  // back in the box, for the next sentence
+      }
     }
   });
 }

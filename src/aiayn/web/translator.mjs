@@ -3,8 +3,12 @@
 // arguments. No DOM: the page and the Node tests pass onnxruntime-web in.
 // Shapes: S source ids, T prefix ids, K beams, V = 8000 ids, d = d_model,
 // N layers, h heads, P positions in the cache, L new positions. Ids are
-// plain numbers; the graphs read int64 tensors.
+// plain numbers; the graphs read int64 tensors. A head mask is (3, N, h)
+// nested arrays of 0 and 1 (kind: encoder, decoder self, cross; layer;
+// head), null for every head; the encoder and the step graph read it as a
+// float32 tensor.
 
+import {corpusBleu} from './bleu.mjs';
 import {Mulberry32, checkSampling, choose} from './sampling.mjs';
 
 const BOUNDARY = '\u2581'; // "▁", sentencepiece's word boundary
@@ -17,6 +21,8 @@ const SPACE = String.raw`\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029` 
   String.raw`\u202f\u205f\u3000`;
 const IS_SPACE = new RegExp(`^[${SPACE}]$`, 'u');
 const SPACES = new RegExp(`[${SPACE}]+`, 'u');
+const HEAD_MASK = 'head_mask'; // an input of the encoder and the step graph
+const AGAIN = 'export the run again (python -m aiayn.export)';
 
 /** The page's three graphs in onnxruntime-web sessions: encoder, cross_kv
  *  and decoder_step. Set ort.env.wasm.numThreads = 1 before `create` for
@@ -31,20 +37,39 @@ export class OnnxModel {
     model.crossKv = await ort.InferenceSession.create(crossKvBytes, options);
     model.decoderStep = await ort.InferenceSession.create(decoderStepBytes,
         options);
+    // (3, N, h), as the graphs declare it
+    const input = model.encoder.inputMetadata.find(
+        (i) => i.name === HEAD_MASK);
+    if (input === undefined) {
+      throw new Error(`the encoder graph takes no ${HEAD_MASK}: it was ` +
+          `exported before the page could switch heads off; ${AGAIN}`);
+    }
+    model.headMaskShape = input.shape;
     return model;
   }
 
-  /** src int64 (rows, S) -> [memory (rows, S, d), encoder_attention
+  /** headMask checked (checkHeadMask) as a float32 ort.Tensor (3, N, h);
+   *  null: all ones. */
+  heads(headMask = null) {
+    const size = this.headMaskShape.reduce((a, b) => a * b, 1);
+    const data = headMask === null ? new Float32Array(size).fill(1) :
+      Float32Array.from(checkHeadMask(headMask, this.headMaskShape).flat(2));
+    return new this.ort.Tensor('float32', data, this.headMaskShape);
+  }
+
+  /** src int64 (rows, S) and a headMask (3, N, h) (checked by `heads`;
+   *  null: every head) -> [memory (rows, S, d), encoder_attention
    *  (N, rows, h, S, S)], float32 ort.Tensors. */
-  async encode(src) {
-    const out = await this.encoder.run({src});
+  async encode(src, headMask = null) {
+    const out = await this.encoder.run({src,
+      [HEAD_MASK]: this.heads(headMask)});
     return [out.memory, out.encoder_attention];
   }
 
   /** The cache before the first step: the cross-attention's keys and
-   *  values (N, rows, h, S, d_k), no position, and the ids every step
-   *  scores, targets (K) (`scored`). */
-  async start(memory, src, targets) {
+   *  values (N, rows, h, S, d_k), no position, the ids every step
+   *  scores, targets (K) (`scored`), and headMask (`heads`). */
+  async start(memory, src, targets, headMask = null) {
     const {cross_k: crossK, cross_v: crossV} =
       await this.crossKv.run({memory});
     const [N, rows, h, , dK] = crossK.dims;
@@ -52,7 +77,8 @@ export class OnnxModel {
         [N, rows, h, 0, dK]); // P = 0
     const ids = new this.ort.Tensor('int64',
         BigInt64Array.from(targets, BigInt), [targets.length]);
-    return new Cache(src, crossK, crossV, empty, empty, ids);
+    const mask = this.heads(headMask); // (3, N, h)
+    return new Cache(src, crossK, crossV, empty, empty, ids, mask);
   }
 
   /** tokens int64 (rows, L) after the cache's positions -> [log_probs
@@ -63,9 +89,9 @@ export class OnnxModel {
   async step(cache, tokens) {
     const out = await this.decoderStep.run({tokens, src: cache.src,
       cross_k: cache.crossK, cross_v: cache.crossV, past_k: cache.pastK,
-      past_v: cache.pastV, targets: cache.targets});
+      past_v: cache.pastV, targets: cache.targets, head_mask: cache.heads});
     const grown = new Cache(cache.src, cache.crossK, cache.crossV,
-        out.present_k, out.present_v, cache.targets);
+        out.present_k, out.present_v, cache.targets, cache.heads);
     return [out.log_probs, grown, out.cross_attention,
       out.decoder_attention];
   }
@@ -82,10 +108,11 @@ export class OnnxModel {
  *  (N, rows, h, S, d_k), computed once from the memory; pastK, pastV
  *  (N, rows, h, P, d_k), the self-attention keys and values of the P
  *  positions decoded so far; targets int64 (K), the ids each step scores
+ *  (all rows); heads float32 (3, N, h), the head mask each step reads
  *  (all rows). */
 export class Cache {
-  constructor(src, crossK, crossV, pastK, pastV, targets) {
-    Object.assign(this, {src, crossK, crossV, pastK, pastV, targets});
+  constructor(src, crossK, crossV, pastK, pastV, targets, heads) {
+    Object.assign(this, {src, crossK, crossV, pastK, pastV, targets, heads});
   }
 
   /** The cache of rows `index` (repeated or reordered): beam search keeps
@@ -94,8 +121,43 @@ export class Cache {
     return new Cache(takeRows(this.src, index, 0),
         takeRows(this.crossK, index, 1), takeRows(this.crossV, index, 1),
         takeRows(this.pastK, index, 1), takeRows(this.pastV, index, 1),
-        this.targets);
+        this.targets, this.heads);
   }
+}
+
+/** headMask as nested arrays (3, N, h) of numbers if it holds only 0 and
+ *  1 and has `shape`, else a RangeError that says what was expected (the
+ *  words of Python's check_head_mask). -> headMask. */
+export function checkHeadMask(headMask, shape) {
+  const want = `${shapeText(shape)} numbers 0 and 1`;
+  const got = (what) => new RangeError(`head_mask: expected ${want}, ` +
+      `got ${what}`);
+  const found = [];
+  let values = [headMask]; // one level of the nesting at a time
+  for (let depth = 0; values.every(Array.isArray); depth++) {
+    const lengths = new Set(values.map((v) => v.length));
+    if (lengths.size !== 1) throw got(`ragged lists at depth ${depth}`);
+    found.push(values[0].length);
+    values = values.flat();
+  }
+  if (!values.every((v) => typeof v === 'number')) {
+    const odd = values.find((v) => typeof v !== 'number');
+    throw got(`${typeof odd} ${String(odd).slice(0, 40)}`);
+  }
+  if (found.join() !== shape.join()) {
+    throw got(`shape ${shapeText(found)}`);
+  }
+  if (!values.every(Number.isFinite)) {
+    throw got('a value that is not finite');
+  }
+  const other = values.find((v) => v !== 0 && v !== 1);
+  if (other !== undefined) throw got(`the value ${other}`);
+  return headMask;
+}
+
+/** (3, 3, 8), (3,) and () as Python writes a tuple. */
+function shapeText(shape) {
+  return `(${shape.join(', ')}${shape.length === 1 ? ',' : ''})`;
 }
 
 /** tokenizer.json read back (the parsed record): pieces, scores and the
@@ -222,11 +284,13 @@ export function scored(vocab, targets) {
 
 /** The most probable token at every step: srcIds (S) -> ids, <bos> first,
  *  <eos> last (unless cut at `limit`). targets: the ids to score (a
- *  shortlist), else all. */
-export async function greedy(model, vocab, srcIds, limit, targets = null) {
+ *  shortlist), else all. headMask: (3, N, h), 0 a head off; null: all on. */
+export async function greedy(model, vocab, srcIds, limit, targets = null,
+    headMask = null) {
   const src = model.int64([srcIds]); // (1, S)
-  const [memory] = await model.encode(src);
-  let cache = await model.start(memory, src, scored(vocab, targets));
+  const [memory] = await model.encode(src, headMask);
+  let cache = await model.start(memory, src, scored(vocab, targets),
+      headMask);
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
@@ -243,14 +307,14 @@ export async function greedy(model, vocab, srcIds, limit, targets = null) {
 /** Draw every token as aiayn.decoding.search.sample(..., seed=) does (sampling.mjs):
  *  sampling {temperature, topK, topP, seed}; onStep(token, probs (V)) is told
  *  each draw as it happens. Every id can be drawn (no shortlist). srcIds (S)
- *  -> ids, <bos> first. */
+ *  -> ids, <bos> first. headMask: as greedy's. */
 export async function sample(model, vocab, srcIds, limit, sampling,
-    onStep = null) {
+    onStep = null, headMask = null) {
   checkSampling(sampling);
   const random = new Mulberry32(sampling.seed);
   const src = model.int64([srcIds]); // (1, S)
-  const [memory] = await model.encode(src);
-  let cache = await model.start(memory, src, scored(vocab, null)); // every id
+  const [memory] = await model.encode(src, headMask);
+  let cache = await model.start(memory, src, scored(vocab, null), headMask);
   const ys = [vocab.bosId];
   while (ys.length < limit) {
     const last = model.int64([ys.slice(-1)]); // (1, 1)
@@ -275,12 +339,13 @@ export function lengthPenalty(length, alpha) {
  *  prefixes reach `limit` columns. Sums are in doubles, as Python's
  *  float64. srcIds (S) -> ids, <bos> first. targets: the ids to score (a
  *  shortlist), else all. trace: a SearchTree that records what the search
- *  did (the output is the same with or without one). */
+ *  did (the same output with or without one); headMask as greedy's. */
 export async function beamSearch(model, vocab, srcIds, limit, beam = 4,
-    alpha = 0.6, targets = null, trace = null) {
+    alpha = 0.6, targets = null, trace = null, headMask = null) {
   const src = model.int64([srcIds]); // (1, S)
-  const [memory] = await model.encode(src);
-  let cache = await model.start(memory, src, scored(vocab, targets));
+  const [memory] = await model.encode(src, headMask);
+  let cache = await model.start(memory, src, scored(vocab, targets),
+      headMask);
   cache = cache.rows(Array(beam).fill(0)); // K rows
   let beams = Array.from({length: beam}, () => [vocab.bosId]);
   let logP = [0, ...Array(beam - 1).fill(-Infinity)]; // first expands first
@@ -397,11 +462,12 @@ export class SearchTree {
 /** The attention of a translation ys (<bos> first), re-read with teacher
  *  forcing: {encoder (N, h, S, S), cross (N, h, T, S), decoderSelf
  *  (N, h, T, T)} as nested arrays of numbers, weights[n][i][t][s], with
- *  T = ys.length - 1: row t is the step that wrote ys[t + 1]. */
-export async function attention(model, srcIds, ys) {
+ *  T = ys.length - 1: row t is the step that wrote ys[t + 1]. headMask:
+ *  as greedy's. */
+export async function attention(model, srcIds, ys, headMask = null) {
   const src = model.int64([srcIds]);
-  const [memory, encoder] = await model.encode(src);
-  const cache = await model.start(memory, src, [0]); // log_probs unread
+  const [memory, encoder] = await model.encode(src, headMask);
+  const cache = await model.start(memory, src, [0], headMask); // unread
   const prefix = model.int64([ys.slice(0, -1)]); // (1, T): all at once
   const [, , cross, selfAttn] = await model.step(cache, prefix);
   const first = (t) => nested(t.data, t.dims).map((layer) => layer[0]);
@@ -412,29 +478,54 @@ export async function attention(model, srcIds, ys) {
 /** Greedy (beam = 1) or beam search with the run's settings: srcIds (S)
  *  -> ids, <bos> first. shortlist: the export's shortlist.json; each step
  *  scores the sentence's targets only. trace: a SearchTree that a beam
- *  search fills (greedy leaves it as it is). */
+ *  search fills (greedy leaves it as it is). headMask: as greedy's. */
 export async function translateIds(model, vocab, srcIds, settings,
-    beam = null, shortlist = null, trace = null) {
+    beam = null, shortlist = null, trace = null, headMask = null) {
   beam = beam ?? settings.beam;
   const limit = outputLimit(srcIds.length, settings);
   const targets = shortlist === null ? null :
     shortlistTargets(shortlist, srcIds, vocab.eosId);
-  if (beam === 1) return greedy(model, vocab, srcIds, limit, targets);
+  if (beam === 1) {
+    return greedy(model, vocab, srcIds, limit, targets, headMask);
+  }
   return beamSearch(model, vocab, srcIds, limit, beam,
-      settings.length_penalty, targets, trace);
+      settings.length_penalty, targets, trace, headMask);
 }
 
 /** Translate sentences one by one; a sentence with no known piece gives
- *  ''. (Python's `workers` has no twin: one WASM thread.) */
+ *  ''. (Python's `workers` has no twin: one WASM thread.) headMask: as
+ *  greedy's. */
 export async function translate(model, vocab, sentences, settings,
-    beam = null, shortlist = null) {
+    beam = null, shortlist = null, headMask = null) {
+  model.heads(headMask); // refused before any sentence
   const out = [];
   for (const text of sentences) {
     const ids = sourceIds(vocab, text, settings.max_len);
     out.push(ids === null ? '' : detokenize(vocab,
-        await translateIds(model, vocab, ids, settings, beam, shortlist)));
+        await translateIds(model, vocab, ids, settings, beam, shortlist,
+            null, headMask)));
   }
   return out;
+}
+
+/** What the head grid prints: pairs [[German, English], ...] translated
+ *  greedily with headMask (every id scored) and their cased sacreBLEU
+ *  (bleu.mjs's corpusBleu: sacreBLEU's defaults, 13a). onSentence(k) is
+ *  told k after the k-th translation (the page's progress). ->
+ *  {bleu, hypotheses}, BLEU unrounded. */
+export async function maskedBleu(model, vocab, settings, pairs,
+    headMask = null, onSentence = null) {
+  model.heads(headMask); // refused before any sentence
+  const hypotheses = [];
+  for (const [k, [text]] of pairs.entries()) {
+    const ids = sourceIds(vocab, text, settings.max_len);
+    const ys = ids === null ? [] : await translateIds(model, vocab, ids,
+        settings, 1, null, null, headMask);
+    hypotheses.push(detokenize(vocab, ys));
+    if (onSentence !== null) onSentence(k + 1);
+  }
+  const references = pairs.map(([, english]) => english);
+  return {bleu: corpusBleu(hypotheses, references).score, hypotheses};
 }
 
 // --- What numpy does in the Python ---------------------------------------

@@ -13,9 +13,11 @@
 //       asked once the page says it is ready (the reader reads and types meanwhile)
 //       -> {id, value: {every, shortlist}}: the warm-up sentence's beam search in ms (the fastest of
 //          three), scoring every id and the shortlist (null without one), which the page's switch shows
-//   {id, kind: 'translate', sentence, beam, shortlist, sampling}
+//   {id, kind: 'translate', sentence, beam, shortlist, sampling, headMask}
 //       shortlist (true, or false, the default: every id): greedy and beam search score only the
 //       sentence's shortlist, faster but less often the model's own sentence (chapter 13.2);
+//       headMask (3, N, h) nested arrays of 0 and 1 (or null, the default: every head) switches heads
+//       off, as aiayn.model.set_head_mask does (translator.mjs's checkHeadMask refuses another);
 //       sampling (or null): {temperature, topK, topP, seed} draws each token instead of searching;
 //       then each draw is posted as it happens, {id, step: {token, p, top: [[piece, p], ...]}}
 //       (the STEP_TOP most probable pieces), before the answer
@@ -23,7 +25,12 @@
 //          words, or {id, value: {english, ms, ids (S), ys (T + 1), source (S), tree}}, as soon as the
 //          search ends: source the German pieces; tree, for a beam search (else null), what it did:
 //          translator.mjs's SearchTree, pieces as text (readableTree), which beam_tree.mjs draws
-//   {id, kind: 'attention', ids, ys}
+//   {id, kind: 'score', pairs, headMask}
+//       pairs [[German, English], ...] (heads.json's 100 test sentences) translated greedily with the
+//       head mask and scored with sacreBLEU (translator.mjs's maskedBleu); after each sentence
+//       {id, step: k} is posted (the page's progress)
+//       -> {id, value: {bleu, hypotheses, ms}}
+//   {id, kind: 'attention', ids, ys, headMask}
 //       the attention of a translation, asked once its English is on the page
 //       -> {id, value: {tokens, maps}}: tokens as the heat map reads them, {source (S), decoder_in (T),
 //          decoder_out (T)} pieces; maps {encoder (N, h, S, S), cross (N, h, T, S), decoder_self
@@ -31,8 +38,8 @@
 //   a failure answers {id, error: message}.
 
 import {checkSampling, checkSeed} from './sampling.mjs';
-import {OnnxModel, SearchTree, Vocabulary, attention, detokenize, isBlank, normalise, outputLimit, sample,
-  sourceIds, translateIds} from './translator.mjs';
+import {OnnxModel, SearchTree, Vocabulary, attention, detokenize, isBlank, maskedBleu, normalise, outputLimit,
+  sample, sourceIds, translateIds} from './translator.mjs';
 
 let translator = null;  // {model, vocab, settings, shortlist}, once loaded
 // searched once while loading, greedy and with beam search: a first search pays for compiling the
@@ -144,10 +151,12 @@ export function readableTree(vocab, {nodes, steps, winner}) {
 
 /** Greedy (beam 1), beam search or sampling of one sentence, timed, with a beam search's tree; `post(step)`
  * is told each draw of a sampling. */
-async function translate({sentence, beam, shortlist: listed = false, sampling = null}, post = () => {}) {
+async function translate({sentence, beam, shortlist: listed = false, sampling = null, headMask = null},
+  post = () => {}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab, settings} = translator;
   const shortlist = listed ? translator.shortlist : null;  // null: every id
+  model.heads(headMask);  // a bad mask is refused before the sentence is read
   const {ids, problem} = checkSentence(vocab, settings, sentence);
   if (problem) return {problem};
   const refused = sampling === null ? null : checkSettings(sampling);
@@ -157,18 +166,27 @@ async function translate({sentence, beam, shortlist: listed = false, sampling = 
   const onStep = (token, probs) =>
     post({token: vocab.pieces[token], p: probs[token], top: topPieces(vocab, probs)});
   const ys = sampling === null  // <bos> first
-    ? await translateIds(model, vocab, ids, settings, beam, shortlist, trace)
-    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep);
+    ? await translateIds(model, vocab, ids, settings, beam, shortlist, trace, headMask)
+    : await sample(model, vocab, ids, outputLimit(ids.length, settings), sampling, onStep, headMask);
   const ms = performance.now() - started;
   return {english: detokenize(vocab, ys), ms, ids, ys, source: ids.map(i => vocab.pieces[i]),
     tree: trace && readableTree(vocab, trace.tree)};
 }
 
+/** The 100 test sentences translated greedily with a head mask, scored, timed; `post(k)` after each. */
+async function score({pairs, headMask = null}, post = () => {}) {
+  if (translator === null) throw new Error('the translator is not loaded');
+  const {model, vocab, settings} = translator;
+  const started = performance.now();
+  const {bleu, hypotheses} = await maskedBleu(model, vocab, settings, pairs, headMask, post);
+  return {bleu, hypotheses, ms: performance.now() - started};
+}
+
 /** The attention of a translation, source ids (S) and ys (T + 1), and the pieces the map labels. */
-async function attend({ids, ys}) {
+async function attend({ids, ys, headMask = null}) {
   if (translator === null) throw new Error('the translator is not loaded');
   const {model, vocab} = translator;
-  const maps = await attention(model, ids, ys);
+  const maps = await attention(model, ids, ys, headMask);
   const pieces = list => list.map(i => vocab.pieces[i]);
   return {
     tokens: {source: pieces(ids), decoder_in: pieces(ys.slice(0, -1)), decoder_out: pieces(ys.slice(1))},
@@ -176,7 +194,7 @@ async function attend({ids, ys}) {
   };
 }
 
-const jobs = {load, speed, translate, attention: attend};
+const jobs = {load, speed, translate, score, attention: attend};
 let queue = Promise.resolve();  // one job at a time, in the order asked
 
 if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
