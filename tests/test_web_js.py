@@ -151,7 +151,7 @@ def _masked(folder: Path, pairs: list) -> dict:
     vocab, settings = tr.Vocabulary.load(folder), tr.load_settings(folder)
     model = tr.OnnxModel(folder, int8=False, threads=1)
     masks = head_masks(model.head_mask_shape)
-    scores = {name: scores.masked_bleu(model, vocab, settings, pairs, mask) for name, mask in masks.items()}
+    bleus = {name: scores.masked_bleu(model, vocab, settings, pairs, mask) for name, mask in masks.items()}
     bad = []
     for mask in BAD_MASKS:
         try:
@@ -159,7 +159,7 @@ def _masked(folder: Path, pairs: list) -> dict:
         except ValueError as err:
             bad.append({"mask": mask, "error": str(err)})
     assert len(bad) == len(BAD_MASKS)
-    return {"shape": list(model.head_mask_shape), "pairs": pairs, "masks": masks, "fp32": scores, "bad": bad}
+    return {"shape": list(model.head_mask_shape), "pairs": pairs, "masks": masks, "fp32": bleus, "bad": bad}
 
 
 def _lists(weights: dict) -> dict:
