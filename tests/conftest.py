@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,13 +66,27 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory):
     """The published model exported by ``python -m aiayn.export`` into a temporary folder, the int8
-    files scored on the first 100 sentences of test 2016 (greedy and beam 4)."""
+    files scored on the first 100 sentences of test 2016 (greedy and beam 4).
+
+    One export a run: the pytest-xdist workers share it (the first exports, under a lock, the others
+    wait and read it). The tests read it and never change it.
+    """
+    from filelock import FileLock
+
     from aiayn.export.command import main
+    from aiayn.export.graphs import MANIFEST
 
     if not PUBLISHED.is_dir():
         pytest.fail(f"the published model is missing from {PUBLISHED}")
-    out = tmp_path_factory.mktemp("export")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIAYN_DATA", os.environ.get("AIAYN_DATA") or str(DATA))
-        main([str(PUBLISHED), "--out", str(out), "--limit", "100"])
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    out = shared / "export"
+    with FileLock(shared / "export.lock"):
+        if not (out / MANIFEST).is_file():  # none yet, or one cut off
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("AIAYN_DATA", os.environ.get("AIAYN_DATA") or str(DATA))
+                main([str(PUBLISHED), "--out", str(out), "--limit", "100"])
     return out
