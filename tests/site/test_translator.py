@@ -114,13 +114,14 @@ def _translate(page, beam: bool, listed: bool = False) -> tuple[str, str, bool]:
     page.check("input[name=aiayn-decoding][value=beam]" if beam else "input[name=aiayn-decoding][value=greedy]")
     page.set_checked("input[name=aiayn-shortlist]", listed)
     page.evaluate(WATCH_BUTTON_JS)
-    before = page.inner_text(".aiayn-timing") if page.is_visible(".aiayn-timing") else ""
+    # the timing line is emptied here, and written again when this translation is done: the same sentence
+    # translated twice can print the same milliseconds, so waiting for a different line could wait forever
+    page.evaluate("() => { document.querySelector('.aiayn-timing').textContent = ''; }")
     page.click(".aiayn-translate")
     page.wait_for_function(
-        """before => !document.querySelector('.aiayn-translate').disabled
-             && document.querySelector('.aiayn-timing').textContent !== before
+        """() => !document.querySelector('.aiayn-translate').disabled
+             && document.querySelector('.aiayn-timing').textContent !== ''
              && document.querySelector('.aiayn-heatmap g.cells rect') !== null""",
-        arg=before,
         timeout=TRANSLATE_MS,
     )
     disabled = page.evaluate("() => window.__disabledWhileTranslating")
