@@ -1,0 +1,85 @@
+"""tools/laptop_hour.py: the laptop hour timed, scored and recorded, on a run of a few seconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from aiayn.data.multi30k import load_multi30k
+from aiayn.runs.presets import get_preset
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "laptop_hour.py"
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("laptop_hour_tool", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def hour(tool, root, cache, tmp_path_factory):
+    """A tiny config named ``laptop`` trained through the tool's ``train`` part, and its record."""
+    folder = tmp_path_factory.mktemp("hour")
+    config = get_preset("multi30k-smoke", epochs=1, train_subset=400, val_subset=40, test_subset=30)
+    (folder / "tiny.json").write_text(json.dumps(dataclasses.asdict(dataclasses.replace(config, name="laptop"))))
+    run = folder / "laptop"
+    timed = tool.train_hour(run, ("--config", str(folder / "tiny.json")))
+    (folder / "laptop.hour.json").write_text(json.dumps(timed))
+    return tool, run, timed
+
+
+def test_train_times_the_command_and_leaves_the_run_folder_to_it(hour):
+    _, run, timed = hour
+    assert timed["rc"] == 0 and timed["wall_s"] > 0
+    assert timed["command"].startswith("python -m aiayn.train --config ")
+    assert not list(run.glob("*.hour.json")) and (run.parent / "laptop.hour.json").is_file()
+
+
+def test_record_scores_the_run_as_sacrebleu_does(hour, root, tmp_path):
+    tool, run, _ = hour
+    tool.main(["record", str(run), "--data", str(root), "--out", str(tmp_path)])
+    text = json.loads((tmp_path / "laptop.json").read_text())
+    hyps = (tmp_path / "laptop.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+    refs = [en for _, en in load_multi30k("test2016", root, download=False)][:30]
+    assert len(hyps) == 30 and text["test2016"]["sentences"] == 30
+    t = text["test2016"]
+    assert t["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    assert t["lowercased"] == round(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score, 2)
+    assert t["low"] <= t["sacrebleu"] <= t["high"] and t["lowercased"] >= t["sacrebleu"]
+    published = (tool.REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8")
+    assert t["published"]["sacrebleu"] == round(sacrebleu.corpus_bleu(published.splitlines()[:30], [refs]).score, 2)
+    assert text["config"] == json.loads((run / "config.json").read_text())
+    assert len(text["val_loss_by_epoch"]) == 1 and text["steps"] > 0
+    assert [e["line"] for e in text["examples"]] == [4, 6, 8, 14, 20, 26]
+    assert all(e["laptop"] == hyps[e["line"]] for e in text["examples"])
+
+
+def test_record_refuses_a_run_without_its_hour_or_of_another_preset(hour, root, tmp_path, capsys):
+    tool, run, _ = hour
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["record", str(tmp_path / "laptop"), "--out", str(tmp_path)])
+    assert stop.value.code == 2 and "laptop.hour.json not found" in capsys.readouterr().err
+    config = json.loads((run / "config.json").read_text())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**config, "name": "multi30k-smoke"}))
+    (tmp_path / "other.hour.json").write_text("{}")
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["record", str(other), "--out", str(tmp_path)])
+    assert stop.value.code == 2 and "not a run of the laptop preset" in capsys.readouterr().err
+    assert not (tmp_path / "laptop.json").exists()
+
+
+def test_sizes_times_each_size_on_one_and_two_threads(tool):
+    small = dict(list(tool.SIZES.items())[:1])
+    rows = tool.measure_sizes(0.3, 1, small)
+    assert [(r["size"], r["threads"]) for r in rows] == [(next(iter(small)), 1), (next(iter(small)), 2)]
+    assert all(r["tokens_per_s"] > 0 and r["parameters"] > 0 for r in rows)

@@ -1,0 +1,216 @@
+"""A reader's laptop hour: what two CPU cores train in 60 minutes, measured and written to ``laptop.json``.
+
+    python tools/laptop_hour.py sizes --out runs/sizes.json   # target tokens/s of candidate sizes
+    python tools/laptop_hour.py train --out runs/laptop       # the hour: the train command, timed
+    python tools/laptop_hour.py record runs/laptop --sizes runs/sizes.json --out src/aiayn/results
+
+``sizes`` times training steps of a few model sizes on 1 and 2 threads (the same synthetic batches
+of 2,048 tokens, sentences of 7 to 14 pieces, ``--seconds`` each, in rounds that alternate the
+sizes) and prints each one's target tokens per second: the ``laptop`` preset is the largest size
+whose hour still holds about 14 epochs. ``train`` runs ``python -m aiayn.train --preset laptop --out
+OUT --device cpu --no-progress`` and writes ``OUT.hour.json`` beside the run folder (never inside
+it: the folder belongs to the train command): the command, its wall time, its exit status and the
+machine's load average every 30 s. ``record`` scores the run on all of test2016 (``aiayn.evaluate``'s
+own scoring: beam 4, alpha 0.6, the last 3 epochs averaged, on the CPU) and writes ``laptop.json``
+(the config, the hour, the validation curve, cased sacreBLEU with its 95 % interval, the same
+translations lower-cased, the published model's figures beside them, six examples) and
+``laptop.test2016.hyp.en`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from aiayn import cli  # noqa: E402
+from aiayn.bleu import bootstrap_bleu, corpus_bleu  # noqa: E402
+from aiayn.data.multi30k import load_multi30k  # noqa: E402
+from aiayn.files import atomic_write  # noqa: E402
+from aiayn.runs.presets import PRESETS  # noqa: E402
+from aiayn.runs.scoring import evaluate  # noqa: E402
+
+# Candidate sizes: (vocabulary, d_model, d_ff, heads, layers). The last is multi30k-t4's model.
+SIZES = {
+    "width 128, 2 layers, 2,000 pieces": (2000, 128, 512, 4, 2),
+    "width 192, 3 layers, 4,000 pieces": (4000, 192, 768, 4, 3),
+    "width 256, 2 layers, 4,000 pieces": (4000, 256, 1024, 4, 2),
+    "width 256, 3 layers, 8,000 pieces": (8000, 256, 1024, 4, 3),
+}
+EXAMPLE_LINES = (4, 6, 8, 14, 20, 26)  # test2016 lines shown on chapter 11's page
+
+
+def measure_sizes(seconds: float, rounds: int, sizes: dict = SIZES) -> list[dict]:
+    """Target tokens per second of a training step of each of ``sizes`` on 1 and 2 threads."""
+    from aiayn.bench.run import synthetic_batches
+    from aiayn.loss import LabelSmoothingLoss
+    from aiayn.model import Transformer, TransformerConfig, count_parameters
+    from aiayn.training.step import train_step
+
+    setups = {}
+    for name, (vocab, d, d_ff, h, n) in sizes.items():
+        torch.manual_seed(0)
+        config = TransformerConfig(vocab, vocab, d_model=d, d_ff=d_ff, h=h, N=n, dropout=0.1,
+                                   share_embeddings=True, tie_output=True, pad_id=0)  # fmt: skip
+        model = Transformer(config)
+        adam = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+        batches = synthetic_batches(20, 2048, 14, vocab)
+        setups[name] = (model, adam, batches, count_parameters(model))
+    loss_fn = LabelSmoothingLoss(0.1, ignore_index=0)
+    speeds: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for name, (model, adam, batches, _) in setups.items():
+                for batch in batches[:2]:  # warm up at this thread count
+                    train_step(model, batch, adam, loss_fn)
+                tokens, start, i = 0, time.perf_counter(), 0
+                while time.perf_counter() - start < seconds:
+                    batch = batches[i % len(batches)]
+                    train_step(model, batch, adam, loss_fn)
+                    tokens, i = tokens + batch.n_tokens, i + 1
+                speed = tokens / (time.perf_counter() - start)
+                speeds.setdefault((name, threads), []).append(speed)
+    return [
+        {"size": name, "threads": threads, "parameters": setups[name][3],
+         "tokens_per_s": round(statistics.median(v)), "rounds": [round(s) for s in v]}
+        for (name, threads), v in speeds.items()
+    ]  # fmt: skip
+
+
+def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> dict:
+    """Run the train command on ``out``, timing it and sampling the load average every 30 s.
+
+    ``preset``: the train command's ``--preset laptop`` (the tests give a tiny ``--config``).
+    """
+    command = ["python", "-m", "aiayn.train", *preset, "--out", str(out), "--device", "cpu", "--no-progress"]
+    loads: list[tuple[float, float]] = []
+    done = threading.Event()
+    start = time.time()
+
+    def sample() -> None:
+        while not done.wait(30.0):
+            one_minute = float(Path("/proc/loadavg").read_text().split()[0])
+            loads.append((round(time.time() - start), one_minute))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rc = subprocess.run([sys.executable, *command[1:]], check=False).returncode
+    done.set()
+    return {"command": " ".join(command), "rc": rc, "wall_s": round(time.time() - start, 1),
+            "load_average": loads}  # fmt: skip
+
+
+def val_curve(run: Path) -> list[float]:
+    """The validation loss after each epoch, from the run's ``metrics.jsonl``."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [round(r["val_loss"], 4) for r in rows if r["event"] == "eval" and r["epoch_done"]]
+
+
+def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) -> tuple[dict, str]:
+    """``laptop.json``'s content and the run's 1,000 test2016 translations."""
+    config = json.loads((run / "config.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    result = evaluate(run, "test2016", device="cpu", root=data, progress=False)
+    hyps = (run / result.hypotheses_file).read_text(encoding="utf-8").splitlines()
+    pairs = load_multi30k("test2016", data, download=False)[: len(hyps)]  # all, unless the config sets a subset
+    refs = [en for _, en in pairs]
+    published = (REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+    published = published[: len(hyps)]
+    cased = bootstrap_bleu(hyps, refs)
+    loads = [load for _, load in hour["load_average"]]
+    text = {
+        "preset": "laptop",
+        "command": hour["command"].replace(str(run), "runs/laptop"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
+        "torch": torch.__version__,
+        "measured_at": time.strftime("%Y-%m-%d"),
+        "note": "wall time of the train command alone (the tokenizer is trained inside it); test2016 scored "
+                "after it by aiayn.runs.scoring.evaluate on the same machine",
+        "config": config,
+        "wall_s": hour["wall_s"],
+        "train_s": round(summary["train_s"], 1),
+        "load_average": {"min": min(loads, default=None), "max": max(loads, default=None),
+                         "median": statistics.median(loads) if loads else None, "every_30_s": loads},
+        "steps": summary["steps"],
+        "epochs": summary.get("epochs_done"),
+        "parameters": summary["parameters"],
+        "val_loss_by_epoch": val_curve(run),
+        "test2016": {
+            "sentences": len(hyps), "beam": result.beam, "length_penalty": result.length_penalty,
+            "checkpoints": result.checkpoints, "sacrebleu": round(result.sacrebleu, 2),
+            "low": round(cased.low, 2), "high": round(cased.high, 2), "signature": result.signature,
+            "lowercased": round(corpus_bleu(hyps, refs, lowercase=True).score, 2),
+            "decode_s": round(result.decode_s, 1),
+            "published": {"sacrebleu": round(corpus_bleu(published, refs).score, 2),
+                          "lowercased": round(corpus_bleu(published, refs, lowercase=True).score, 2)},
+        },
+        "sizes": sizes,
+        "examples": [
+            {"line": i, "German": pairs[i][0], "reference": refs[i], "laptop": hyps[i]}
+            for i in EXAMPLE_LINES
+            if i < len(hyps)
+        ],
+    }  # fmt: skip
+    return text, "\n".join(hyps) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser("python tools/laptop_hour.py", __doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="part", required=True)
+    s = sub.add_parser("sizes")
+    s.add_argument("--out", type=Path, required=True, help="the JSON to write")
+    s.add_argument("--seconds", type=cli.positive_float, default=10.0)
+    s.add_argument("--rounds", type=cli.positive_int, default=2)
+    t = sub.add_parser("train")
+    t.add_argument("--out", type=Path, required=True, help="the run folder (new, or one to resume)")
+    r = sub.add_parser("record")
+    r.add_argument("run", type=Path, help="the run folder `train` wrote")
+    r.add_argument("--sizes", type=Path, help="the JSON `sizes` wrote")
+    r.add_argument("--data", help="Multi30k folder (default $AIAYN_DATA)")
+    r.add_argument("--out", type=Path, default=REPO / "src/aiayn/results")
+
+    def body(args: argparse.Namespace) -> None:
+        if args.part == "sizes":
+            rows = measure_sizes(args.seconds, args.rounds)
+            for row in rows:
+                print(f"{row['size']:<36} {row['threads']} thread(s) {row['tokens_per_s']:>6,} target tokens/s")
+            atomic_write(args.out, json.dumps(rows, indent=1) + "\n")
+        elif args.part == "train":
+            hour = train_hour(args.out)
+            atomic_write(args.out.with_name(args.out.name + ".hour.json"), json.dumps(hour, indent=1) + "\n")
+            if hour["rc"]:
+                raise RuntimeError(f"the train command exited with status {hour['rc']}")
+            print(f"trained in {hour['wall_s'] / 60:.1f} min; next: python tools/laptop_hour.py record {args.out}")
+        else:
+            hour_file = args.run.with_name(args.run.name + ".hour.json")
+            if not hour_file.is_file():
+                raise FileNotFoundError(f"{hour_file} not found: `python tools/laptop_hour.py train` writes it")
+            hour = json.loads(hour_file.read_text())
+            sizes = json.loads(args.sizes.read_text()) if args.sizes else None
+            if json.loads((args.run / "config.json").read_text())["name"] != PRESETS["laptop"].name:
+                raise ValueError(f"{args.run} is not a run of the laptop preset")
+            text, hyps = record(args.run, hour, sizes, args.data)
+            atomic_write(args.out / "laptop.json", json.dumps(text, indent=1, ensure_ascii=False) + "\n")
+            atomic_write(args.out / "laptop.test2016.hyp.en", hyps)
+            t = text["test2016"]
+            print(f"test2016: sacreBLEU {t['sacrebleu']:.2f} ({t['low']:.2f}-{t['high']:.2f}), "
+                  f"lower-cased {t['lowercased']:.2f}; {text['wall_s'] / 60:.1f} min")  # fmt: skip
+
+    cli.run(p, argv, body)
+
+
+if __name__ == "__main__":
+    main()
