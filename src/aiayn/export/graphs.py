@@ -286,7 +286,7 @@ def _heads(model: nn.Module, head_mask: torch.Tensor) -> Iterator[None]:
     """``set_head_mask`` for a graph's input: each module's ``head_mask[kind, layer] (h,)``.
 
     Unchecked (an exported graph cannot branch on the values): the translator checks a mask
-    before it runs one (``aiayn.export.translator.check_head_mask``).
+    before it runs one (``aiayn.export.onnx_model.check_head_mask``).
     """
     grid = model.attention_grid()  # (3, N) modules
     previous = [(a, a.head_mask) for row in grid for a in row]
