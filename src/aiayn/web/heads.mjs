@@ -10,6 +10,8 @@
 // The mask is nested arrays [kind][layer][head] of 0 and 1, translator.mjs's headMask. No DOM outside
 // `root`; the worker does the translating.
 
+import {element} from './dom.mjs';
+
 const KIND_NAMES = ['encoder self-attention', 'decoder self-attention', 'cross-attention'];
 const KIND_SHORT = ['encoder', 'decoder', 'cross'];
 
@@ -47,16 +49,6 @@ export function presets({shape, kept, costly}) {
   list.push({id: 'costly', label: `without the ${costly.length} heads 11.2 found costly (${named})`,
     mask: without});
   return list;
-}
-
-function element(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (typeof v === 'boolean') el[k] = v;
-    else el.setAttribute(k, v);
-  }
-  el.append(...children);
-  return el;
 }
 
 /**

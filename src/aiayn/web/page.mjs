@@ -22,6 +22,7 @@
 //   ../vendor/onnxruntime-web/   ort.wasm.min.mjs and the runtime it loads
 
 import {BeamTreeView} from './beam_tree.mjs';
+import {element} from './dom.mjs';
 import {HeadGrid} from './heads.mjs';
 import {AttentionView} from './heatmap.mjs';
 
@@ -213,16 +214,6 @@ async function loadTranslator(site, manifest, manifestUrl, ui) {
 }
 
 // --- the page's parts --------------------------------------------------------------------------------
-
-function element(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (typeof v === 'boolean') el[k] = v;
-    else el.setAttribute(k, v);
-  }
-  el.append(...children);
-  return el;
-}
 
 function paragraph(className, text) {
   return element('p', {class: className}, text);
