@@ -35,7 +35,7 @@ class Prefix:
     targets: np.ndarray
 
     def rows(self, index: Sequence[int]) -> Prefix:
-        """The rows ``index``, as ``onnx_translator.Cache.rows``."""
+        """The rows ``index``, as ``onnx_model.Cache.rows``."""
         index = np.asarray(index)
         return Prefix(
             self.memory[index],
