@@ -57,7 +57,7 @@ def test_record_scores_the_run_as_sacrebleu_does(hour, root, tmp_path):
     published = (tool.REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8")
     assert t["published"]["sacrebleu"] == round(sacrebleu.corpus_bleu(published.splitlines()[:30], [refs]).score, 2)
     assert text["config"] == json.loads((run / "config.json").read_text())
-    assert len(text["val_loss_by_epoch"]) == 1 and text["steps"] > 0
+    assert len(text["val_loss_by_epoch"]) == 1 and text["steps"] > 0 and text["target_tokens_per_epoch"] > 0
     assert [e["line"] for e in text["examples"]] == [4, 6, 8, 14, 20, 26]
     assert all(e["laptop"] == hyps[e["line"]] for e in text["examples"])
 

@@ -113,10 +113,11 @@ def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> d
             "load_average": loads}  # fmt: skip
 
 
-def val_curve(run: Path) -> list[float]:
-    """The validation loss after each epoch, from the run's ``metrics.jsonl``."""
+def curve(run: Path) -> tuple[list[float], int]:
+    """The validation loss after each epoch and the target tokens of the first, from ``metrics.jsonl``."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [round(r["val_loss"], 4) for r in rows if r["event"] == "eval" and r["epoch_done"]]
+    losses = [round(r["val_loss"], 4) for r in rows if r["event"] == "eval" and r["epoch_done"]]
+    return losses, sum(r["tokens"] for r in rows if r["event"] == "step" and r["epoch"] == 0)
 
 
 def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) -> tuple[dict, str]:
@@ -131,6 +132,7 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
     published = published[: len(hyps)]
     cased = bootstrap_bleu(hyps, refs)
     loads = [load for _, load in hour["load_average"]]
+    losses, tokens = curve(run)
     text = {
         "preset": "laptop",
         "command": hour["command"].replace(str(run), "runs/laptop"),
@@ -147,7 +149,8 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
         "steps": summary["steps"],
         "epochs": summary.get("epochs_done"),
         "parameters": summary["parameters"],
-        "val_loss_by_epoch": val_curve(run),
+        "val_loss_by_epoch": losses,
+        "target_tokens_per_epoch": tokens,
         "test2016": {
             "sentences": len(hyps), "beam": result.beam, "length_penalty": result.length_penalty,
             "checkpoints": result.checkpoints, "sacrebleu": round(result.sacrebleu, 2),
