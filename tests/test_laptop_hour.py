@@ -54,6 +54,9 @@ def test_record_scores_the_run_as_sacrebleu_does(hour, root, tmp_path):
     assert t["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     assert t["lowercased"] == round(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score, 2)
     assert t["low"] <= t["sacrebleu"] <= t["high"] and t["lowercased"] >= t["sacrebleu"]
+    paired = t["against_published"]
+    assert abs(paired["difference"] - (t["sacrebleu"] - t["published"]["sacrebleu"])) <= 0.011
+    assert paired["low"] <= paired["difference"] <= paired["high"] and 0 < paired["p_value"] <= 1
     published = (tool.REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8")
     assert t["published"]["sacrebleu"] == round(sacrebleu.corpus_bleu(published.splitlines()[:30], [refs]).score, 2)
     assert text["config"] == json.loads((run / "config.json").read_text())

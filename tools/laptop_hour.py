@@ -13,7 +13,8 @@ it: the folder belongs to the train command): the command, its wall time, its ex
 machine's load average every 30 s. ``record`` scores the run on all of test2016 (``aiayn.evaluate``'s
 own scoring: beam 4, alpha 0.6, the last 3 epochs averaged, on the CPU) and writes ``laptop.json``
 (the config, the hour, the validation curve, cased sacreBLEU with its 95 % interval, the same
-translations lower-cased, the published model's figures beside them, six examples) and
+translations lower-cased, the published model's figures beside them and a paired bootstrap against
+it, six examples) and
 ``laptop.test2016.hyp.en`` into ``--out``.
 """
 
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from aiayn import cli  # noqa: E402
-from aiayn.bleu import bootstrap_bleu, corpus_bleu  # noqa: E402
+from aiayn.bleu import bootstrap_bleu, corpus_bleu, paired_bootstrap  # noqa: E402
 from aiayn.data.multi30k import load_multi30k  # noqa: E402
 from aiayn.files import atomic_write  # noqa: E402
 from aiayn.runs.presets import PRESETS  # noqa: E402
@@ -131,6 +132,7 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
     published = (REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
     published = published[: len(hyps)]
     cased = bootstrap_bleu(hyps, refs)
+    paired = paired_bootstrap(published, hyps, refs)  # the laptop against the published model
     loads = [load for _, load in hour["load_average"]]
     losses, tokens = curve(run)
     text = {
@@ -159,6 +161,8 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
             "decode_s": round(result.decode_s, 1),
             "published": {"sacrebleu": round(corpus_bleu(published, refs).score, 2),
                           "lowercased": round(corpus_bleu(published, refs, lowercase=True).score, 2)},
+            "against_published": {"difference": round(paired.difference, 2), "low": round(paired.low, 2),
+                                  "high": round(paired.high, 2), "p_value": round(paired.p_value, 4)},
         },
         "sizes": sizes,
         "examples": [
@@ -206,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             if json.loads((args.run / "config.json").read_text())["name"] != PRESETS["laptop"].name:
                 raise ValueError(f"{args.run} is not a run of the laptop preset")
             text, hyps = record(args.run, hour, sizes, args.data)
+            args.out.mkdir(parents=True, exist_ok=True)
             atomic_write(args.out / "laptop.json", json.dumps(text, indent=1, ensure_ascii=False) + "\n")
             atomic_write(args.out / "laptop.test2016.hyp.en", hyps)
             t = text["test2016"]

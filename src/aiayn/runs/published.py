@@ -394,7 +394,7 @@ def load_or_explain(
         f"get it: (1) download {', '.join(SHA256)} from {RELEASE_URL} into "
         f"{where}; (2) set $AIAYN_MODEL to a folder that holds them; (3) train "
         "a model in this runtime, e.g. `!python -m aiayn.train --preset "
-        "laptop --out runs/laptop` (about five minutes on two CPU cores) or "
+        "laptop --out runs/laptop` (about an hour on two CPU cores) or "
         '`--preset multi30k-t4` on a GPU, then set RUN = "runs/laptop" at '
         "the top of this cell and run the page again."
     )
