@@ -86,3 +86,17 @@ def test_sizes_times_each_size_on_one_and_two_threads(tool):
     rows = tool.measure_sizes(0.3, 1, small)
     assert [(r["size"], r["threads"]) for r in rows] == [(next(iter(small)), 1), (next(iter(small)), 2)]
     assert all(r["tokens_per_s"] > 0 and r["parameters"] > 0 for r in rows)
+
+
+def test_a_stopped_hour_resumes_with_the_parts_added_and_a_finished_one_is_refused(tool, tmp_path, capsys):
+    first = {"command": "c", "rc": 130, "wall_s": 100.0, "load_average": [[30, 1.5], [60, 2.0]]}
+    second = {"command": "c", "rc": 0, "wall_s": 50.5, "load_average": [[30, 1.0]]}
+    hour = tool.resumed(first, second)
+    assert hour["wall_s"] == 150.5 and hour["rc"] == 0 and hour["parts"] == 2
+    assert hour["load_average"] == [[30, 1.5], [60, 2.0], (130, 1.0)]
+    assert tool.resumed(None, second)["parts"] == 1
+    (tmp_path / "laptop.hour.json").write_text(json.dumps(second))
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["train", "--out", str(tmp_path / "laptop")])
+    assert stop.value.code == 2 and "holds a finished hour" in capsys.readouterr().err
+    assert not (tmp_path / "laptop").exists()

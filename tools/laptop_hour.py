@@ -10,11 +10,12 @@ sizes) and prints each one's target tokens per second: the ``laptop`` preset is 
 whose hour still holds about 14 epochs. ``train`` runs ``python -m aiayn.train --preset laptop --out
 OUT --device cpu --no-progress`` and writes ``OUT.hour.json`` beside the run folder (never inside
 it: the folder belongs to the train command): the command, its wall time, its exit status and the
-machine's load average every 30 s. ``record`` scores the run on all of test2016 (``aiayn.evaluate``'s
-own scoring: beam 4, alpha 0.6, the last 3 epochs averaged, on the CPU) and writes ``laptop.json``
-(the config, the hour, the validation curve, cased sacreBLEU with its 95 % interval, the same
-translations lower-cased, the published model's figures beside them and a paired bootstrap against
-it, six examples) and
+machine's load average every 30 s. Stopped (Ctrl-C, a lost session), the same command resumes the
+run and adds the parts' times; a finished hour is refused, so that no hour is timed twice.
+``record`` scores the run on all of test2016 (``aiayn.evaluate``'s own scoring: beam 4, alpha 0.6,
+the last 3 epochs averaged, on the CPU) and writes ``laptop.json`` (the config, the hour, the
+validation curve, cased sacreBLEU with its 95 % interval, the same translations lower-cased, the
+published model's figures beside them and a paired bootstrap against it, six examples) and
 ``laptop.test2016.hyp.en`` into ``--out``.
 """
 
@@ -114,6 +115,16 @@ def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> d
             "load_average": loads}  # fmt: skip
 
 
+def resumed(before: dict | None, hour: dict) -> dict:
+    """``hour`` after the stopped part ``before`` (Ctrl-C, a lost session): the wall times added, the
+    load samples of the second part shifted by the first's time, ``parts`` counted."""
+    if before is None:
+        return {**hour, "parts": 1}
+    shifted = [(round(t + before["wall_s"]), load) for t, load in hour["load_average"]]
+    return {**hour, "wall_s": round(before["wall_s"] + hour["wall_s"], 1),
+            "load_average": before["load_average"] + shifted, "parts": before.get("parts", 1) + 1}  # fmt: skip
+
+
 def curve(run: Path) -> tuple[list[float], int]:
     """The validation loss after each epoch and the target tokens of the first, from ``metrics.jsonl``."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -196,8 +207,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{row['size']:<36} {row['threads']} thread(s) {row['tokens_per_s']:>6,} target tokens/s")
             atomic_write(args.out, json.dumps(rows, indent=1) + "\n")
         elif args.part == "train":
-            hour = train_hour(args.out)
-            atomic_write(args.out.with_name(args.out.name + ".hour.json"), json.dumps(hour, indent=1) + "\n")
+            hour_file = args.out.with_name(args.out.name + ".hour.json")
+            before = json.loads(hour_file.read_text()) if hour_file.is_file() else None
+            if before is not None and before["rc"] == 0:
+                raise ValueError(f"{hour_file} holds a finished hour: record it, or train into another --out")
+            hour = resumed(before, train_hour(args.out))
+            atomic_write(hour_file, json.dumps(hour, indent=1) + "\n")
             if hour["rc"]:
                 raise RuntimeError(f"the train command exited with status {hour['rc']}")
             print(f"trained in {hour['wall_s'] / 60:.1f} min; next: python tools/laptop_hour.py record {args.out}")
