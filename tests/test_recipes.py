@@ -272,6 +272,17 @@ def _terms_add_up(e) -> None:
     assert all(len(line) <= 77 for line in e.lines) and "not measured" in str(e)
 
 
+@pytest.mark.parametrize(("preset", "amp"), [("multi30k-t4", "fp16"), ("multi30k", None)])
+def test_a_step_s_ops_are_counted_on_a_narrow_model_as_on_the_full_one(preset, amp):
+    """``_cpu_ops`` counts a step of the model 8 wide a head with 64 ids: the full model's count."""
+    from aiayn.bench import estimate
+
+    model = replace(PRESETS[preset].model, d_k=32)  # Table 3's row B sets d_k too
+    narrow = estimate._narrow(model)
+    assert narrow.N == model.N and narrow.h == model.h and narrow.d_model == 8 * model.h < model.d_model
+    assert estimate._cpu_ops(model, amp) == estimate._count_ops(model, amp)
+
+
 def test_t4_estimate_prints_its_terms_and_two_t4s_take_fewer_minutes(monkeypatch):
     from aiayn.bench import estimate
 
