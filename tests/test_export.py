@@ -31,21 +31,28 @@ def test_ids(published, root):
     return [tokenizer.encode(s) + [EOS] for s, _ in pairs]
 
 
-def test_export_leaves_the_model_in_eval_mode_with_its_attention_path(
-    tmp_path, one_thread
-):
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, one_thread):
+    """A small model, in training mode on its fused attention path as after training, exported and
+    quantized once (an export takes seconds whatever the size): d_ff 1024, so that its int8 rows are
+    2,048 bytes long. Returns the model, the folder and whether each attention was fused before."""
     from aiayn.model import Transformer, TransformerConfig
 
-    model = Transformer(
-        TransformerConfig(
-            src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=64, h=4, N=2,
-            fused_attention=True,
-        )
-    )
-    model.train()  # as a model is after training
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=1024, h=4, N=2,
+                                          fused_attention=True))  # fmt: skip
+    model.train()
+    fused = [m.use_fused for m in model.modules() if hasattr(m, "use_fused")]
+    folder = tmp_path_factory.mktemp("tiny")
+    graphs.export_graphs(model, folder)
+    graphs.quantize_graphs(folder)
+    return model, folder, fused
+
+
+def test_export_leaves_the_model_in_eval_mode_with_its_attention_path(tiny):
+    model, _, fused = tiny
     heads = [m for m in model.modules() if hasattr(m, "use_fused")]
-    assert len(heads) == 6 and all(m.use_fused for m in heads)
-    graphs.export_graphs(model, tmp_path)
+    assert len(fused) == 6 and all(fused)  # before the export
     assert not any(m.training for m in model.modules())  # dropout is off
     assert all(m.use_fused for m in heads)  # the fast path, as before
     src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 5, 6]])
@@ -264,18 +271,13 @@ def test_the_json_files_of_an_export_name_no_path(exported):
         assert not found, f"{name} names {found[:3]}"
 
 
-def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_path, one_thread):
+def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tiny, one_thread):
     """Every id's logit from one product with the tied weight (int8: the embedding's one copy,
     transposed), then the targets' columns: no step gathers and dequantizes the weight's rows of
     the targets, which with every id as targets cost the whole matrix each step (chapter 13.2)."""
     import onnxruntime as ort
 
-    from aiayn.model import Transformer, TransformerConfig
-
-    torch.manual_seed(0)
-    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=64, h=4, N=2))
-    graphs.export_graphs(model, tmp_path)
-    graphs.quantize_graphs(tmp_path)
+    model, tmp_path, _ = tiny
     weight = graphs.GENERATOR
     for int8 in (False, True):
         graph = onnx.load(tmp_path / graphs.graph_file("decoder_step", int8)).graph
@@ -308,7 +310,7 @@ def test_the_step_s_output_layer_is_one_product_with_the_constant_weight(tmp_pat
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one_thread):
+def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tiny, tmp_path, one_thread):
     """The int8 layers whose weight rows are a multiple of 1024 bytes long (the feed-forward's first,
     d_ff wide) are stored 16 columns wider and cut back after their bias (``_unaliased_rows``): the page's
     product packs such rows several times faster, and every graph gives the unwidened graph's outputs, to
@@ -316,12 +318,7 @@ def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from aiayn.model import Transformer, TransformerConfig
-
-    torch.manual_seed(0)
-    model = Transformer(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, d_ff=1024, h=4, N=2))
-    graphs.export_graphs(model, tmp_path)
-    graphs.quantize_graphs(tmp_path)
+    _, folder, _ = tiny
     rng = np.random.default_rng(0)
     B, S, P = 2, 5, 3
     kv = lambda length: rng.standard_normal((2, B, 4, length, 8)).astype(np.float32)  # noqa: E731
@@ -338,9 +335,9 @@ def test_int8_rows_of_2048_bytes_are_widened_with_the_same_outputs(tmp_path, one
     }  # fmt: skip
     for name in graphs.GRAPHS:
         plain = tmp_path / f"{name}.plain.onnx"  # what quantize_graphs wrote before widening
-        quantize_dynamic(tmp_path / graphs.graph_file(name, False), plain, weight_type=QuantType.QInt8)
+        quantize_dynamic(folder / graphs.graph_file(name, False), plain, weight_type=QuantType.QInt8)
         graphs._one_generator_copy(plain)
-        wide = tmp_path / graphs.graph_file(name, True)
+        wide = folder / graphs.graph_file(name, True)
         int8 = onnx.TensorProto.INT8
         weights = {
             path: sorted(tuple(t.dims) for t in onnx.load(path).graph.initializer if t.data_type == int8 and t.dims)
