@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,19 @@ def hour(tool, root, cache, tmp_path_factory):
     timed = tool.train_hour(run, ("--config", str(folder / "tiny.json")))
     (folder / "laptop.hour.json").write_text(json.dumps(timed))
     return tool, run, timed
+
+
+@pytest.fixture(scope="module")
+def seed_1(hour):
+    """The same tiny config with seed 1, trained beside the first."""
+    tool, run, _ = hour
+    config = {**json.loads((run / "config.json").read_text()), "seed": 1}
+    (run.parent / "laptop-1.config.json").write_text(json.dumps(config))  # where `train --seed 1` writes it
+    other = run.parent / "laptop-1"
+    (run.parent / "laptop-1.hour.json").write_text(
+        json.dumps(tool.train_hour(other, ("--config", str(run.parent / "laptop-1.config.json"))))
+    )
+    return other
 
 
 def test_train_times_the_command_and_leaves_the_run_folder_to_it(hour):
@@ -100,3 +114,38 @@ def test_a_stopped_hour_resumes_with_the_parts_added_and_a_finished_one_is_refus
         tool.main(["train", "--out", str(tmp_path / "laptop")])
     assert stop.value.code == 2 and "holds a finished hour" in capsys.readouterr().err
     assert not (tmp_path / "laptop").exists()
+
+
+def test_another_seed_is_the_preset_with_that_seed_alone(tool, tmp_path):
+    config = json.loads(tool.seed_config(tmp_path / "seed2", 2).read_text())
+    assert (tmp_path / "seed2.config.json").is_file() and not (tmp_path / "seed2").exists()
+    assert config == {**get_preset("laptop").to_dict(), "seed": 2}
+
+
+def test_record_scores_further_seeds_beside_the_first(hour, seed_1, root, tmp_path):
+    tool, run, _ = hour
+    tool.main(["record", str(run), "--seeds", str(seed_1), "--data", str(root), "--out", str(tmp_path)])
+    text = json.loads((tmp_path / "laptop.json").read_text())
+    other = text["seeds"]["others"][0]
+    hyps = (seed_1 / "test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+    refs = [en for _, en in load_multi30k("test2016", root, download=False)][:30]
+    assert other["seed"] == 1 and other["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    assert other["low"] <= other["sacrebleu"] <= other["high"] and other["command"].endswith("--no-progress")
+    assert other["command"].startswith("python -m aiayn.train --config runs/laptop-1.config.json --out runs/laptop-1 ")
+    both = [text["test2016"]["sacrebleu"], other["sacrebleu"]]
+    assert text["seeds"]["sacrebleu"] == {"0": both[0], "1": both[1]}
+    assert text["seeds"]["mean"] == round(sum(both) / 2, 2) and text["seeds"]["max"] == max(both)
+
+
+def test_record_refuses_a_seed_that_is_not_the_same_recipe(hour, seed_1, root, tmp_path, capsys):
+    tool, run, _ = hour
+    other = tmp_path / "other"  # seed 1 with another label smoothing
+    shutil.copytree(seed_1, other)
+    shutil.copy(seed_1.with_name("laptop-1.hour.json"), tmp_path / "other.hour.json")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "label_smoothing": 0.2}))
+    for bad in (run, other):  # the first run again, then another recipe
+        with pytest.raises(SystemExit) as stop:
+            tool.main(["record", str(run), "--seeds", str(bad), "--data", str(root), "--out", str(tmp_path)])
+        assert stop.value.code == 2 and "not another seed of the recorded run" in capsys.readouterr().err
+    assert not (tmp_path / "laptop.json").exists()

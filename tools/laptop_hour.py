@@ -2,7 +2,9 @@
 
     python tools/laptop_hour.py sizes --out runs/sizes.json   # target tokens/s of candidate sizes
     python tools/laptop_hour.py train --out runs/laptop       # the hour: the train command, timed
-    python tools/laptop_hour.py record runs/laptop --sizes runs/sizes.json --out src/aiayn/results
+    python tools/laptop_hour.py train --out runs/laptop-1 --seed 1   # the same hour with another seed
+    python tools/laptop_hour.py record runs/laptop --sizes runs/sizes.json --seeds runs/laptop-1 \
+        --out src/aiayn/results
 
 ``sizes`` times training steps of a few model sizes on 1 and 2 threads (the same synthetic batches
 of 2,048 tokens, sentences of 7 to 14 pieces, ``--seconds`` each, in rounds that alternate the
@@ -11,12 +13,14 @@ whose hour still holds about 14 epochs. ``train`` runs ``python -m aiayn.train -
 OUT --device cpu --no-progress`` and writes ``OUT.hour.json`` beside the run folder (never inside
 it: the folder belongs to the train command): the command, its wall time, its exit status and the
 machine's load average every 30 s. Stopped (Ctrl-C, a lost session), the same command resumes the
-run and adds the parts' times; a finished hour is refused, so that no hour is timed twice.
+run and adds the parts' times; a finished hour is refused, so that no hour is timed twice. ``--seed K``
+trains the preset with seed K (weights, dropout, batch order), its config written beside the run folder.
 ``record`` scores the run on all of test2016 (``aiayn.evaluate``'s own scoring: beam 4, alpha 0.6,
 the last 3 epochs averaged, on the CPU) and writes ``laptop.json`` (the config, the hour, the
 validation curve, cased sacreBLEU with its 95 % interval, the same translations lower-cased, the
 published model's figures beside them and a paired bootstrap against it, six examples) and
-``laptop.test2016.hyp.en`` into ``--out``.
+``laptop.test2016.hyp.en`` into ``--out``; ``--seeds`` scores further hours of the same config but
+for the seed the same way and adds their scores and last validation loss (``seeds``).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from aiayn import cli  # noqa: E402
 from aiayn.bleu import bootstrap_bleu, corpus_bleu, paired_bootstrap  # noqa: E402
 from aiayn.data.multi30k import load_multi30k  # noqa: E402
 from aiayn.files import atomic_write  # noqa: E402
-from aiayn.runs.presets import PRESETS  # noqa: E402
+from aiayn.runs.presets import PRESETS, get_preset  # noqa: E402
 from aiayn.runs.scoring import evaluate  # noqa: E402
 
 # Candidate sizes: (vocabulary, d_model, d_ff, heads, layers). The last is multi30k-t4's model.
@@ -115,6 +119,14 @@ def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> d
             "load_average": loads}  # fmt: skip
 
 
+def seed_config(out: Path, seed: int) -> Path:
+    """The ``laptop`` preset with another ``seed``, written beside the run folder ``out`` (the train
+    command's ``--config``): the same recipe, other weights, dropout and batch order."""
+    config = out.with_name(out.name + ".config.json")
+    atomic_write(config, json.dumps(get_preset("laptop", seed=seed).to_dict(), indent=1) + "\n")
+    return config
+
+
 def resumed(before: dict | None, hour: dict) -> dict:
     """``hour`` after the stopped part ``before`` (Ctrl-C, a lost session): the wall times added, the
     load samples of the second part shifted by the first's time, ``parts`` counted."""
@@ -132,18 +144,71 @@ def curve(run: Path) -> tuple[list[float], int]:
     return losses, sum(r["tokens"] for r in rows if r["event"] == "step" and r["epoch"] == 0)
 
 
-def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) -> tuple[dict, str]:
-    """``laptop.json``'s content and the run's 1,000 test2016 translations."""
-    config = json.loads((run / "config.json").read_text())
-    summary = json.loads((run / "summary.json").read_text())
+def another_seed(run: Path, first: dict, data: str | None) -> dict:
+    """A further seed of the hour beside the record ``first``: its seed, last validation loss and test2016
+    scores, decoded as the first was. Its config must be the first's but for the seed. Its time is not
+    recorded: the hour is timed once, on a machine doing nothing else, and seeds only spread the scores."""
+    config, hour = check_another_seed(run, first["config"]), read_hour(run)
+    result, _, _, scores = scored(run, data)
+    command = hour["command"].replace(str(run), f"runs/laptop-{config['seed']}")  # its config beside it
+    return {"seed": config["seed"], "command": command, "val_loss": curve(run)[0][-1],
+            "sacrebleu": round(result.sacrebleu, 2), **scores}  # fmt: skip
+
+
+def scored(run: Path, data: str | None) -> tuple:
+    """``run`` decoded on test2016 by ``evaluate``: its result, translations, the (German, English) pairs,
+    and its scores: the 95 % interval, lower-cased BLEU and a paired bootstrap against the published model."""
     result = evaluate(run, "test2016", device="cpu", root=data, progress=False)
     hyps = (run / result.hypotheses_file).read_text(encoding="utf-8").splitlines()
     pairs = load_multi30k("test2016", data, download=False)[: len(hyps)]  # all, unless the config sets a subset
     refs = [en for _, en in pairs]
     published = (REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
-    published = published[: len(hyps)]
     cased = bootstrap_bleu(hyps, refs)
-    paired = paired_bootstrap(published, hyps, refs)  # the laptop against the published model
+    paired = paired_bootstrap(published[: len(hyps)], hyps, refs)  # the laptop against the published model
+    return result, hyps, pairs, {
+        "low": round(cased.low, 2), "high": round(cased.high, 2),
+        "lowercased": round(corpus_bleu(hyps, refs, lowercase=True).score, 2),
+        "against_published": {"difference": round(paired.difference, 2), "low": round(paired.low, 2),
+                              "high": round(paired.high, 2), "p_value": round(paired.p_value, 4)},
+    }  # fmt: skip
+
+
+def check_another_seed(run: Path, first: dict) -> dict:
+    """``run``'s config, which must be the first run's config ``first`` with another seed."""
+    config = json.loads((run / "config.json").read_text())
+    if {**config, "seed": first["seed"]} != first or config["seed"] == first["seed"]:
+        raise ValueError(f"{run} is not another seed of the recorded run: its config must differ in the seed alone")
+    return config
+
+
+def seeds(text: dict, others: list[dict]) -> dict:
+    """The record's ``seeds``: every seed's test2016 sacreBLEU, the first's included, with their mean and range."""
+    scores = {text["config"]["seed"]: text["test2016"]["sacrebleu"], **{o["seed"]: o["sacrebleu"] for o in others}}
+    if len(scores) != len(others) + 1:
+        raise ValueError(f"the runs' seeds repeat: {[text['config']['seed'], *(o['seed'] for o in others)]}")
+    return {"sacrebleu": scores, "mean": round(statistics.mean(scores.values()), 2),
+            "min": min(scores.values()), "max": max(scores.values()), "others": others}  # fmt: skip
+
+
+def read_hour(run: Path) -> dict:
+    """The finished hour ``train`` wrote beside ``run``."""
+    hour_file = run.with_name(run.name + ".hour.json")
+    if not hour_file.is_file():
+        raise FileNotFoundError(f"{hour_file} not found: `python tools/laptop_hour.py train` writes it")
+    hour = json.loads(hour_file.read_text())
+    if json.loads((run / "config.json").read_text())["name"] != PRESETS["laptop"].name:
+        raise ValueError(f"{run} is not a run of the laptop preset")
+    return hour
+
+
+def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) -> tuple[dict, str]:
+    """``laptop.json``'s content and the run's 1,000 test2016 translations."""
+    config = json.loads((run / "config.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    result, hyps, pairs, scores = scored(run, data)
+    refs = [en for _, en in pairs]
+    published = (REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+    published = published[: len(hyps)]
     loads = [load for _, load in hour["load_average"]]
     losses, tokens = curve(run)
     text = {
@@ -167,13 +232,11 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
         "test2016": {
             "sentences": len(hyps), "beam": result.beam, "length_penalty": result.length_penalty,
             "checkpoints": result.checkpoints, "sacrebleu": round(result.sacrebleu, 2),
-            "low": round(cased.low, 2), "high": round(cased.high, 2), "signature": result.signature,
-            "lowercased": round(corpus_bleu(hyps, refs, lowercase=True).score, 2),
-            "decode_s": round(result.decode_s, 1),
+            "low": scores["low"], "high": scores["high"], "signature": result.signature,
+            "lowercased": scores["lowercased"], "decode_s": round(result.decode_s, 1),
             "published": {"sacrebleu": round(corpus_bleu(published, refs).score, 2),
                           "lowercased": round(corpus_bleu(published, refs, lowercase=True).score, 2)},
-            "against_published": {"difference": round(paired.difference, 2), "low": round(paired.low, 2),
-                                  "high": round(paired.high, 2), "p_value": round(paired.p_value, 4)},
+            "against_published": scores["against_published"],
         },
         "sizes": sizes,
         "examples": [
@@ -194,9 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--rounds", type=cli.positive_int, default=2)
     t = sub.add_parser("train")
     t.add_argument("--out", type=Path, required=True, help="the run folder (new, or one to resume)")
+    t.add_argument("--seed", type=int, default=0, help="the preset's seed (default 0, the preset's own)")
     r = sub.add_parser("record")
     r.add_argument("run", type=Path, help="the run folder `train` wrote")
     r.add_argument("--sizes", type=Path, help="the JSON `sizes` wrote")
+    r.add_argument("--seeds", type=Path, nargs="+", default=[], metavar="RUN",
+                   help="run folders of further seeds (`train --seed K`), scored beside the first")
     r.add_argument("--data", help="Multi30k folder (default $AIAYN_DATA)")
     r.add_argument("--out", type=Path, default=REPO / "src/aiayn/results")
 
@@ -211,26 +277,32 @@ def main(argv: list[str] | None = None) -> None:
             before = json.loads(hour_file.read_text()) if hour_file.is_file() else None
             if before is not None and before["rc"] == 0:
                 raise ValueError(f"{hour_file} holds a finished hour: record it, or train into another --out")
-            hour = resumed(before, train_hour(args.out))
+            preset = ("--preset", "laptop")
+            if args.seed != 0:
+                preset = ("--config", str(seed_config(args.out, args.seed)))
+            hour = resumed(before, train_hour(args.out, preset))
             atomic_write(hour_file, json.dumps(hour, indent=1) + "\n")
             if hour["rc"]:
                 raise RuntimeError(f"the train command exited with status {hour['rc']}")
             print(f"trained in {hour['wall_s'] / 60:.1f} min; next: python tools/laptop_hour.py record {args.out}")
         else:
-            hour_file = args.run.with_name(args.run.name + ".hour.json")
-            if not hour_file.is_file():
-                raise FileNotFoundError(f"{hour_file} not found: `python tools/laptop_hour.py train` writes it")
-            hour = json.loads(hour_file.read_text())
+            hour = read_hour(args.run)
             sizes = json.loads(args.sizes.read_text()) if args.sizes else None
-            if json.loads((args.run / "config.json").read_text())["name"] != PRESETS["laptop"].name:
-                raise ValueError(f"{args.run} is not a run of the laptop preset")
+            for other in args.seeds:  # every run checked before any is decoded
+                read_hour(other)
+                check_another_seed(other, json.loads((args.run / "config.json").read_text()))
             text, hyps = record(args.run, hour, sizes, args.data)
+            if args.seeds:
+                text["seeds"] = seeds(text, [another_seed(run, text, args.data) for run in args.seeds])
             args.out.mkdir(parents=True, exist_ok=True)
             atomic_write(args.out / "laptop.json", json.dumps(text, indent=1, ensure_ascii=False) + "\n")
             atomic_write(args.out / "laptop.test2016.hyp.en", hyps)
             t = text["test2016"]
             print(f"test2016: sacreBLEU {t['sacrebleu']:.2f} ({t['low']:.2f}-{t['high']:.2f}), "
                   f"lower-cased {t['lowercased']:.2f}; {text['wall_s'] / 60:.1f} min")  # fmt: skip
+            for other in text.get("seeds", {}).get("others", []):
+                low, high = other["low"], other["high"]
+                print(f"seed {other['seed']}: sacreBLEU {other['sacrebleu']:.2f} ({low:.2f}-{high:.2f})")
 
     cli.run(p, argv, body)
 
