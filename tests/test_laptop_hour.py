@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def seed_1(hour):
 
 def test_train_times_the_command_and_leaves_the_run_folder_to_it(hour):
     _, run, timed = hour
-    assert timed["rc"] == 0 and timed["wall_s"] > 0
+    assert timed["rc"] == 0 and timed["wall_s"] > 0 and timed["finished_at"] == time.strftime("%Y-%m-%d")
     assert timed["command"].startswith("python -m aiayn.train --config ")
     assert not list(run.glob("*.hour.json")) and (run.parent / "laptop.hour.json").is_file()
 
@@ -74,6 +75,7 @@ def test_record_scores_the_run_as_sacrebleu_does(hour, root, tmp_path):
     published = (tool.REPO / "src/aiayn/results/multi30k.test2016.hyp.en").read_text(encoding="utf-8")
     assert t["published"]["sacrebleu"] == round(sacrebleu.corpus_bleu(published.splitlines()[:30], [refs]).score, 2)
     assert text["config"] == json.loads((run / "config.json").read_text())
+    assert text["measured_at"] == json.loads(run.with_name("laptop.hour.json").read_text())["finished_at"]
     assert len(text["val_loss_by_epoch"]) == 1 and text["steps"] > 0 and text["target_tokens_per_epoch"] > 0
     assert [e["line"] for e in text["examples"]] == [4, 6, 8, 14, 20, 26]
     assert all(e["laptop"] == hyps[e["line"]] for e in text["examples"])

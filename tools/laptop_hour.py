@@ -116,7 +116,7 @@ def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> d
     rc = subprocess.run([sys.executable, *command[1:]], check=False).returncode
     done.set()
     return {"command": " ".join(command), "rc": rc, "wall_s": round(time.time() - start, 1),
-            "load_average": loads}  # fmt: skip
+            "load_average": loads, "finished_at": time.strftime("%Y-%m-%d")}  # fmt: skip
 
 
 def seed_config(out: Path, seed: int) -> Path:
@@ -198,6 +198,8 @@ def read_hour(run: Path) -> dict:
     hour = json.loads(hour_file.read_text())
     if json.loads((run / "config.json").read_text())["name"] != PRESETS["laptop"].name:
         raise ValueError(f"{run} is not a run of the laptop preset")
+    if "finished_at" not in hour:  # written before hours carried their date: the file's
+        hour["finished_at"] = time.strftime("%Y-%m-%d", time.localtime(hour_file.stat().st_mtime))
     return hour
 
 
@@ -216,7 +218,7 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
         "command": hour["command"].replace(str(run), "runs/laptop"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
         "torch": torch.__version__,
-        "measured_at": time.strftime("%Y-%m-%d"),
+        "measured_at": hour["finished_at"],
         "note": "wall time of the train command alone (the tokenizer is trained inside it); test2016 scored "
                 "after it by aiayn.runs.scoring.evaluate on the same machine",
         "config": config,
