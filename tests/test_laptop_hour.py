@@ -130,6 +130,8 @@ def test_record_scores_further_seeds_beside_the_first(hour, seed_1, root, tmp_pa
     text = json.loads((tmp_path / "laptop.json").read_text())
     other = text["seeds"]["others"][0]
     hyps = (seed_1 / "test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+    assert (tmp_path / "laptop-seed1.test2016.hyp.en").read_text(encoding="utf-8").splitlines() == hyps
+    assert other["hypotheses"] == "laptop-seed1.test2016.hyp.en"
     refs = [en for _, en in load_multi30k("test2016", root, download=False)][:30]
     assert other["seed"] == 1 and other["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     assert other["low"] <= other["sacrebleu"] <= other["high"] and other["command"].endswith("--no-progress")

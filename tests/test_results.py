@@ -164,6 +164,20 @@ def test_the_laptop_record_is_the_laptop_preset_and_its_hour(root):
     )
     assert len(laptop["examples"]) == 6
     assert all(e["laptop"] == hyps[e["line"]] for e in laptop["examples"])
+    # the same hour with other seeds: their shipped translations score what the record says
+    seeds = laptop["seeds"]
+    assert seeds["sacrebleu"][str(recorded.seed)] == test["sacrebleu"] and seeds["others"]
+    for other in seeds["others"]:
+        assert other["command"] == (
+            f"python -m aiayn.train --config runs/laptop-{other['seed']}.config.json "
+            f"--out runs/laptop-{other['seed']} --device cpu --no-progress"
+        )
+        scored = bootstrap_bleu(lines_of(other["hypotheses"]), refs)
+        assert (other["sacrebleu"], other["low"], other["high"]) == tuple(
+            round(x, 2) for x in (scored.score, scored.low, scored.high)
+        )
+        assert seeds["sacrebleu"][str(other["seed"])] == other["sacrebleu"]
+    assert seeds["mean"] == round(sum(seeds["sacrebleu"].values()) / len(seeds["sacrebleu"]), 2)
 
 
 SWEEP = json.loads((RESULTS / "length_penalty.json").read_text())

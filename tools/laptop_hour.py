@@ -20,7 +20,8 @@ the last 3 epochs averaged, on the CPU) and writes ``laptop.json`` (the config, 
 validation curve, cased sacreBLEU with its 95 % interval, the same translations lower-cased, the
 published model's figures beside them and a paired bootstrap against it, six examples) and
 ``laptop.test2016.hyp.en`` into ``--out``; ``--seeds`` scores further hours of the same config but
-for the seed the same way and adds their scores and last validation loss (``seeds``).
+for the seed the same way, adds their scores and last validation loss (``seeds``) and writes their
+translations beside it (``laptop-seedK.test2016.hyp.en``).
 """
 
 from __future__ import annotations
@@ -144,15 +145,22 @@ def curve(run: Path) -> tuple[list[float], int]:
     return losses, sum(r["tokens"] for r in rows if r["event"] == "step" and r["epoch"] == 0)
 
 
-def another_seed(run: Path, first: dict, data: str | None) -> dict:
+def another_seed(run: Path, first: dict, data: str | None) -> tuple[dict, str]:
     """A further seed of the hour beside the record ``first``: its seed, last validation loss and test2016
-    scores, decoded as the first was. Its config must be the first's but for the seed. Its time is not
-    recorded: the hour is timed once, on a machine doing nothing else, and seeds only spread the scores."""
+    scores, decoded as the first was, and its translations. Its config must be the first's but for the
+    seed. Its time is not recorded: the hour is timed once, on a machine doing nothing else, and seeds
+    only spread the scores."""
     config, hour = check_another_seed(run, first["config"]), read_hour(run)
-    result, _, _, scores = scored(run, data)
+    result, hyps, _, scores = scored(run, data)
     command = hour["command"].replace(str(run), f"runs/laptop-{config['seed']}")  # its config beside it
     return {"seed": config["seed"], "command": command, "val_loss": curve(run)[0][-1],
-            "sacrebleu": round(result.sacrebleu, 2), **scores}  # fmt: skip
+            "sacrebleu": round(result.sacrebleu, 2), "hypotheses": seed_hypotheses(config["seed"]),
+            **scores}, "\n".join(hyps) + "\n"  # fmt: skip
+
+
+def seed_hypotheses(seed: int) -> str:
+    """The file of a further seed's test2016 translations, beside ``laptop.json``."""
+    return f"laptop-seed{seed}.test2016.hyp.en"
 
 
 def scored(run: Path, data: str | None) -> tuple:
@@ -294,9 +302,12 @@ def main(argv: list[str] | None = None) -> None:
                 read_hour(other)
                 check_another_seed(other, json.loads((args.run / "config.json").read_text()))
             text, hyps = record(args.run, hour, sizes, args.data)
-            if args.seeds:
-                text["seeds"] = seeds(text, [another_seed(run, text, args.data) for run in args.seeds])
+            others = [another_seed(run, text, args.data) for run in args.seeds]
+            if others:
+                text["seeds"] = seeds(text, [other for other, _ in others])
             args.out.mkdir(parents=True, exist_ok=True)
+            for other, lines in others:
+                atomic_write(args.out / other["hypotheses"], lines)
             atomic_write(args.out / "laptop.json", json.dumps(text, indent=1, ensure_ascii=False) + "\n")
             atomic_write(args.out / "laptop.test2016.hyp.en", hyps)
             t = text["test2016"]
