@@ -6,10 +6,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NB     := $(sort $(wildcard book/*.ipynb))
+# nbval starts the slowest chapters first (by the times stored in them), so that both workers end together
+NB_SLOWEST_FIRST = $(shell python3 tools/heavy_first.py $(NB))
 # the tests run on WORKERS processes (pytest-xdist): a test file, or a notebook's cells, stay on one of them
 WORKERS ?= 2
 NBVAL  := $(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=600 \
-          --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -n $(WORKERS) --dist loadscope
+          --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -n $(WORKERS) --dist loadscope \
+          --no-loadscope-reorder
 
 # A second nbval run under another CPU kernel set and one thread: stored outputs must not depend on float rounding.
 PORTABLE := ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2 OMP_NUM_THREADS=1
@@ -49,7 +52,7 @@ unit: $(STAMP) node_modules/.package-lock.json
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests --ignore=tests/site
 
 nbval: $(STAMP)
-	$(NBVAL) $(NB)
+	$(NBVAL) $(NB_SLOWEST_FIRST)
 
 # ... and as Colab meets a chapter: each notebook alone in an empty folder, against the package installed
 # from a built wheel (not the source tree), so a chapter that reads a file beside it fails here
@@ -62,7 +65,8 @@ nbval-portable: $(STAMP)
 	for nb in $(NB); do name=$$(basename $$nb .ipynb); mkdir $(ALONE)/$$name && cp $$nb $(ALONE)/$$name/; done
 	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PY) -c "import aiayn, sys; \
 	  sys.exit(0 if '$(ALONE)/site/' in aiayn.__file__ else f'aiayn comes from {aiayn.__file__}, not the wheel')"
-	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PORTABLE) $(NBVAL) $(ALONE)/*/*.ipynb
+	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PORTABLE) $(NBVAL) \
+	  $(foreach nb,$(NB_SLOWEST_FIRST),$(ALONE)/$(basename $(notdir $(nb)))/$(notdir $(nb)))
 
 site: $(STAMP) assets
 	rm -rf _build/html _build/.doctrees _build/screenshots

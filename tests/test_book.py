@@ -15,6 +15,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import colab_cells  # noqa: E402
+import heavy_first  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 
@@ -155,6 +156,23 @@ DIGIT_SAMPLES = [
     '"model_id": "' + "a1" * 16 + '"',
     "altair-viz-3f2a9c",
 ]
+
+
+def test_nbval_runs_every_chapter_slowest_first():
+    """`make nbval` and `make nbval-portable` start the chapters by their stored times, the longest first
+    (tools/heavy_first.py), so that neither worker is left with a slow chapter at the end."""
+    order = heavy_first.heavy_first([str(p.relative_to(ROOT)) for p in NOTEBOOKS])
+    seconds = [heavy_first.stored_seconds(ROOT / p) for p in order]
+    assert all(s > 0 for s in seconds), "a chapter has no stored cell times: run tools/execute.py on it"
+    assert seconds == sorted(seconds, reverse=True)
+    import subprocess
+
+    for target, path in (("nbval", "{}"), ("nbval-portable", "_build/alone/{stem}/{name}")):
+        printed = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        lines = printed.replace("\\\n", " ").splitlines()  # a command continued over lines is one
+        run = next(line for line in lines if "--nbval " in line and ".ipynb" in line)
+        named = [path.format(p, stem=Path(p).stem, name=Path(p).name) for p in order]
+        assert run.split()[-len(named) :] == named, target
 
 
 def test_sanitize_samples_are_what_the_rules_see():
