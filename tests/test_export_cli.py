@@ -3,7 +3,9 @@
 ``--out`` is new, empty or an earlier export (replaced whole), checked before the model is loaded;
 every refusal is one ``error:`` line with status 2 and leaves the folders as they were; the export
 is written beside ``--out`` and renamed at the end, so Ctrl-C or a kill leaves the old folder.
-The refusals never load a model (about a second each); the exports use a run of two steps.
+The refusals never load a model: two run as a user runs them (a process of its own), the others call
+the command's ``main`` in this process, which is what that process runs; the exports use a run of two
+steps.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import pytest
 
 from aiayn.export import folders
+from aiayn.export.command import main as export_main
 from aiayn.export.graphs import GRAPHS
 from aiayn.files import sha256_file
 from aiayn.runs.presets import PRESETS
@@ -140,8 +143,25 @@ REFUSALS = {
 }  # fmt: skip
 
 
+# the refusals run as a user runs them, in a process of its own (a second each); the others in this one
+AS_A_USER = ("out is the run itself", "limit 0")
+
+
+def export_in_process(argv, root, capsys, monkeypatch) -> tuple[int, str, str]:
+    """What ``export_cli`` returns, from the command's ``main`` called in this process."""
+    monkeypatch.setenv("AIAYN_DATA", str(root))
+    try:
+        code = export_main(list(map(str, argv)))
+    except SystemExit as stop:  # argparse's refusals
+        code = stop.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.mark.parametrize("case", REFUSALS)
-def test_a_refusal_is_one_line_before_anything_is_loaded_and_changes_nothing(case, run, root, tmp_path):
+def test_a_refusal_is_one_line_before_anything_is_loaded_and_changes_nothing(
+    case, run, root, tmp_path, capsys, monkeypatch
+):
     argv, folders, message = REFUSALS[case]
     for name, files in folders.items():
         if files is None:
@@ -152,7 +172,11 @@ def test_a_refusal_is_one_line_before_anything_is_loaded_and_changes_nothing(cas
             _folder(tmp_path / name, files)
     before, run_before = listing(tmp_path), listing(run)
     fill = {"run": run, "tmp": tmp_path}
-    code, out, err = export_cli([a.format(**fill) for a in argv], root)
+    argv = [a.format(**fill) for a in argv]
+    if case in AS_A_USER:
+        code, out, err = export_cli(argv, root)
+    else:
+        code, out, err = export_in_process(argv, root, capsys, monkeypatch)
     assert code == 2 and out == "", (out, err)  # nothing loaded, nothing said but the error
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert message.format(**fill) in err
