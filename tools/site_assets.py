@@ -8,7 +8,8 @@ modules from src/aiayn/web, the committed attention examples (what the page show
 is on this machine ($AIAYN_MODEL, else the user cache; never downloaded here), its int8 ONNX graphs, tokenizer and
 manifest in translator/model, and ``heads.json`` beside them: what the head grid needs (the first 100 sentences
 of test 2016, read from $AIAYN_DATA at build time and never committed, and the heads chapter 11.2's record names).
-The export (``python -m aiayn.export --bleu int8``) is kept in
+The export (``python -m aiayn.export --bleu int8 --limit 100``: its int8 files scored on the first 100 sentences of
+test 2016, a check of what the page serves; all 1,000 are scored once, in results/multi30k.translator.json) is kept in
 _build/translator-export/<key>, the key naming the weights and the exporter, so a second build copies it instead of
 exporting again. Weights and graphs stay out of git (both folders are ignored).
 
@@ -85,6 +86,8 @@ MODEL_FILES = (
 )
 # what --bleu int8 reads, and the training pairs the shortlist is learned from
 DATA_FILES = ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz", "train.en.gz")
+# the test sentences the build scores its int8 files on: enough to catch a broken export in a few seconds
+SCORED = 100
 
 
 def download_bytes(page_bytes: int, runtime_bytes: int) -> int:
@@ -180,9 +183,9 @@ def export(weights: Path, data: Path | None) -> tuple[Path, str]:
     partial = EXPORTS / f"{key}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    bleu, shortlist = ("int8", "train") if data is not None else ("none", "none")
-    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial), "--bleu", bleu,
-               "--shortlist", shortlist]
+    scoring = ["--bleu", "int8", "--limit", str(SCORED), "--shortlist", "train"]
+    command = [sys.executable, "-m", "aiayn.export", str(weights.parent), "--out", str(partial),
+               *(scoring if data is not None else ["--bleu", "none", "--shortlist", "none"])]
     log = EXPORTS / f"{key}.log"
     started = time.perf_counter()
     with open(log, "w") as f:
@@ -265,8 +268,8 @@ def copy_translator() -> str:
             site["heads"] = {"path": f"model/{HEADS_JSON}", "bytes": heads.stat().st_size, "sha256": sha256(heads)}
         bleu = manifest["bleu"]
         scores = (
-            f"BLEU of the int8 files on test2016: greedy {bleu['int8.beam1']['bleu']:.2f}, "
-            f"beam 4 {bleu['int8.beam4']['bleu']:.2f}"
+            f"BLEU of the int8 files on the first {bleu['int8.beam1']['sentences']} sentences of test2016: "
+            f"greedy {bleu['int8.beam1']['bleu']:.2f}, beam 4 {bleu['int8.beam4']['bleu']:.2f}"
             if bleu
             else "no BLEU: the test2016 files are not here (set $AIAYN_DATA)"
         )
