@@ -2,9 +2,10 @@
 
     python tools/laptop_hour.py sizes --out runs/sizes.json   # target tokens/s of candidate sizes
     python tools/laptop_hour.py train --out runs/laptop       # the hour: the train command, timed
-    python tools/laptop_hour.py train --out runs/laptop-1 --seed 1   # the same hour with another seed
-    python tools/laptop_hour.py record runs/laptop --sizes runs/sizes.json --seeds runs/laptop-1 \
-        --out src/aiayn/results
+    python tools/laptop_hour.py train --out runs/laptop-1 --seed 1   # the same hour with other seeds
+    python tools/laptop_hour.py train --out runs/laptop-2 --seed 2
+    python tools/laptop_hour.py record runs/laptop --sizes runs/sizes.json \
+        --seeds runs/laptop-1 runs/laptop-2 --out src/aiayn/results
 
 ``sizes`` times training steps of a few model sizes on 1 and 2 threads (the same synthetic batches
 of 2,048 tokens, sentences of 7 to 14 pieces, ``--seconds`` each, in rounds that alternate the
