@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +14,49 @@ import torch
 DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 # the published model, read only (tests that change a run work on a copy in a temporary folder)
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
+
+
+def assert_same_record(a, b, where: str = "", scale: float = 0.0) -> None:
+    """Two records of the step-through (``aiayn.pages.stepthrough``) hold the same numbers.
+
+    Each side rounds its numbers to 3 significant digits (the scores to 4), so each may be a unit of that
+    digit off; and float32 sums added in another order (another CPU's matrix kernels) move a number by up
+    to about a millionth of the largest in its row (ten times that is allowed): a score near zero beside
+    one of 77 reads -0.00557 on one machine and -0.005573 on another. Dicts and lists must match in keys
+    and lengths, other values exactly.
+    """
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), where
+        for key in a:
+            assert_same_record(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        row = [abs(x) for x in (*a, *b) if isinstance(x, float) and math.isfinite(x)]
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_record(x, y, f"{where}[{i}]", max(row, default=0.0))
+    elif isinstance(a, float) and isinstance(b, float):
+        digits = 4 if ".scores[" in where else 3
+        size = max(abs(a), abs(b), 1e-30)
+        unit = 10 ** (math.floor(math.log10(size)) - digits + 1)
+        assert abs(a - b) <= 1.01 * unit + 1e-5 * scale, f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def assert_same_map(saved, again, where: str = "record") -> None:
+    """Two records of the embedding map (``aiayn.pages.embedding_map``): equal, numbers to within the 3
+    decimals the file keeps (and float noise)."""
+    if isinstance(saved, float) or isinstance(again, float):
+        assert abs(saved - again) <= 1.5e-3, f"{where}: {saved} != {again}"
+    elif isinstance(saved, (list, dict)):
+        assert type(saved) is type(again) and len(saved) == len(again), f"{where}: {saved} != {again}"
+        keys = saved.keys() if isinstance(saved, dict) else range(len(saved))
+        if isinstance(saved, dict):
+            assert saved.keys() == again.keys(), where
+        for key in keys:
+            assert_same_map(saved[key], again[key], f"{where}[{key!r}]")
+    else:
+        assert saved == again, f"{where}: {saved!r} != {again!r}"
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import assert_same_map
 
 from aiayn.bleu import corpus_bleu
 from aiayn.data.multi30k import load_multi30k
@@ -283,28 +284,13 @@ def test_the_chapter_states_the_rules_test_score_and_its_interval():
     assert f"between {gain['low']:+.2f}\nand {gain['high']:+.2f}" in prose
 
 
-def _same(saved, again, where: str = "record") -> None:
-    """Equal, numbers to within the 3 decimals the file keeps (and float noise)."""
-    if isinstance(saved, float) or isinstance(again, float):
-        assert abs(saved - again) <= 1.5e-3, f"{where}: {saved} != {again}"
-    elif isinstance(saved, (list, dict)):
-        assert type(saved) is type(again) and len(saved) == len(again), f"{where}: {saved} != {again}"
-        keys = saved.keys() if isinstance(saved, dict) else range(len(saved))
-        if isinstance(saved, dict):
-            assert saved.keys() == again.keys(), where
-        for key in keys:
-            _same(saved[key], again[key], f"{where}[{key!r}]")
-    else:
-        assert saved == again, f"{where}: {saved!r} != {again!r}"
-
-
 def test_the_committed_embedding_map_is_the_published_models(published, root):
     """Chapter 2.3's map, neighbours, pairs and analogies: what the published table gives again."""
     from aiayn.pages.embedding_map import embedding_map, load_embedding_map
 
     model, tokenizer = published
     again = json.loads(json.dumps(embedding_map(model, tokenizer, load_multi30k("train", root, download=False))))
-    _same(load_embedding_map(), again)
+    assert_same_map(load_embedding_map(), again)
 
 
 def test_the_page_timing_record_is_its_own_times():

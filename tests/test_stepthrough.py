@@ -4,12 +4,12 @@ computes, its steps compose, and the model's own forward pass gives the same lay
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import assert_same_record
 
 from aiayn.data.multi30k import load_multi30k
 from aiayn.pages.stepthrough import (
@@ -40,25 +40,6 @@ def sentence() -> tuple[str, str]:
     return sources[LINE], hypotheses[LINE]
 
 
-def close(a, b, where: str = "") -> None:
-    """Equal nested lists, numbers within one unit of their third significant digit."""
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b), where
-        for key in a:
-            close(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            close(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        digits = 4 if ".scores[" in where else 3
-        size = max(abs(a), abs(b), 1e-30)
-        unit = 10 ** (math.floor(math.log10(size)) - digits + 1)
-        assert abs(a - b) <= 1.01 * unit, f"{where}: {a} != {b}"
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
 def t(values) -> torch.Tensor:
     """Stored numbers as a tensor, ``None`` (a masked score) as NaN."""
     return torch.tensor(json.loads(json.dumps(values).replace("null", "NaN")), dtype=torch.float64)
@@ -68,7 +49,7 @@ def test_the_record_is_the_published_models(published, sentence):
     model, tokenizer = published
     again = step_through(model, tokenizer, *sentence)
     stored = {k: v for k, v in SAVED.items() if k in again}
-    close(stored, again)
+    assert_same_record(stored, again)
     assert (SAVED["line"], SAVED["source"], SAVED["translation"]) == (LINE, *sentence)
 
 

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PUBLISHED
+from conftest import PUBLISHED, assert_same_map, assert_same_record
 
 from aiayn.data.multi30k import BASE_URL
+from aiayn.files import read_json_gz
 from aiayn.pages import embedding_map, stepthrough
 from aiayn.runs.published import results_dir
 
@@ -199,8 +200,10 @@ def test_a_second_command_writing_the_folder_fails_at_once(command, inputs, tmp_
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_its_own_file_is_written_again_and_another_replaced_only_when_asked(command, inputs, tmp_path, capsys):
-    """The committed record is the command's own: written again, byte for byte; a file of another kind
-    is replaced with ``--overwrite``. The folder's other files are left alone."""
+    """The committed record is the command's own: written again, the same numbers (to the rounding that
+    another CPU's float32 sums allow: the step-through's score near zero beside one of 77 moves in its
+    fourth digit); a file of another kind is replaced with ``--overwrite``. The folder's other files are
+    left alone."""
     main, words, name, _ = COMMANDS[command]
     out = tmp_path / "results"
     out.mkdir()
@@ -212,7 +215,8 @@ def test_its_own_file_is_written_again_and_another_replaced_only_when_asked(comm
         (out / name).write_text("my notes\n")
         flags = ["--overwrite"]
     assert main([*words, "--out", str(out), *flags]) == 0
-    assert (out / name).read_bytes() == (results_dir() / name).read_bytes()
+    same = assert_same_record if command == "stepthrough" else assert_same_map
+    same(read_json_gz(results_dir() / name), read_json_gz(out / name))
     assert sorted(p.name for p in out.iterdir()) == sorted([name, "notes.txt"])
     assert str(out / name) in capsys.readouterr().out
 
