@@ -175,6 +175,37 @@ def test_nbval_runs_every_chapter_slowest_first():
         assert run.split()[-len(named) :] == named, target
 
 
+def test_the_chapters_kernels_talk_over_unix_sockets(tmp_path):
+    """conftest.py gives nbval's kernels IPC instead of TCP ports (two workers' kernels once lost a port
+    to each other in CI): a notebook whose stored output is its kernel's transport passes, under
+    xdist as `make nbval` runs it, where the chapters lie and where the portable pass copies them."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    code = "from ipykernel.kernelapp import IPKernelApp\nprint(IPKernelApp.instance().transport)"
+    cell = nbformat.v4.new_code_cell(code, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ipc\n")]
+    nb.cells = [cell]
+    (ROOT / "_build").mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="kernels-", dir=ROOT / "_build"))  # under conftest.py, as _build/alone
+    try:
+        names = [folder / f"{n}/transport.ipynb" for n in "ab"]
+        for name in names:
+            name.parent.mkdir()
+            nbformat.write(nb, name)
+        command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "no:cacheprovider",
+                   "-n", "2", "--dist", "loadscope", "-q", *map(str, names)]  # fmt: skip
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(folder)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout
+
+
 def test_sanitize_samples_are_what_the_rules_see():
     # the samples must be able to trip a rule at all: each one holds a digit
     assert all(re.search(r"\d", s) for s in DIGIT_SAMPLES)
