@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS, HEAD_MASK, graph_file
+from .onnx_model import session_options
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,7 @@ class PrefixModel:
     ):
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
+        options = session_options(ort, threads)
         self.encoder, self.decoder = (
             ort.InferenceSession(
                 str(Path(folder) / graph_file(name, int8)),
