@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PUBLISHED
 
 from aiayn.decoding.search import beam_search, gnmt_length_penalty
 from aiayn.decoding.trace import BeamTrace, path
 from aiayn.engine.onednn import onednn_available, onednn_linear
 from aiayn.model import Transformer, TransformerConfig
 from aiayn.runs.published import results_dir
+from conftest import PUBLISHED
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12

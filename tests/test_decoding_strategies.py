@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import PUBLISHED
 
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decoding import strategies
@@ -22,6 +21,7 @@ from aiayn.decoding.search import (
 from aiayn.decoding.strategies import SearchOptions, register, unregister
 from aiayn.decoding.translate import source_ids, translate
 from aiayn.model import Transformer, TransformerConfig
+from conftest import PUBLISHED
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -235,9 +235,8 @@ AGAIN = "export the run again (python -m aiayn.export)"
 def page_files(tmp_path_factory):
     """The JSON files of an export of the published model: tokenizer.json, translator.json and a
     shortlist.json, without the graphs (a damaged graph is tested apart)."""
-    from conftest import PUBLISHED
-
     from aiayn.export.graphs import tokenizer_record
+    from conftest import PUBLISHED
 
     folder = tmp_path_factory.mktemp("page")
     record = tokenizer_record(D.Tokenizer(PUBLISHED / "tokenizer.model"))

@@ -8,13 +8,13 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import PUBLISHED
 
 from aiayn.data.multi30k import BOS, EOS, load_multi30k
 from aiayn.decoding.search import beam_search, decode_sorted
 from aiayn.export import graphs, scores
 from aiayn.export import translator as tr
 from aiayn.files import sha256_file
+from conftest import PUBLISHED
 
 SETTINGS = json.loads((PUBLISHED / "config.json").read_text())
 

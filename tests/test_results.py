@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_map
 
 from aiayn.bleu import corpus_bleu
 from aiayn.data.multi30k import load_multi30k
 from aiayn.runs.published import results_dir
+from conftest import assert_same_map
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_dir()

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_same_record
 
 from aiayn.data.multi30k import load_multi30k
 from aiayn.pages.stepthrough import (
@@ -21,6 +20,7 @@ from aiayn.pages.stepthrough import (
     write_stepthrough,
 )
 from aiayn.runs.published import results_dir
+from conftest import assert_same_record
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = load_stepthrough()

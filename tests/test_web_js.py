@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PUBLISHED
 
 from aiayn.data.multi30k import Tokenizer, load_multi30k
 from aiayn.decoding.translate import ZERO_WIDTH, is_blank, normalise
@@ -31,6 +30,7 @@ from aiayn.export import translator as tr
 from aiayn.export.graphs import SETTINGS_JSON
 from aiayn.export.shortlist import load as load_shortlist
 from aiayn.export.shortlist import targets as shortlist_targets
+from conftest import PUBLISHED
 
 REPO = Path(__file__).resolve().parents[1]
 # text the tokenizer must split as sentencepiece does: blanks, emoji, specials written out, umlauts

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PUBLISHED, assert_same_map, assert_same_record
 
 from aiayn.data.multi30k import BASE_URL
 from aiayn.files import read_json_gz
 from aiayn.pages import embedding_map, stepthrough
 from aiayn.runs.published import results_dir
+from conftest import PUBLISHED, assert_same_map, assert_same_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
