@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 # the published model, read only (tests that change a run work on a copy in a temporary folder)
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared/runs/multi30k-h100"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def assert_same_record(a, b, where: str = "", scale: float = 0.0) -> None:
@@ -108,29 +108,30 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory):
-    """The published model exported by ``python -m aiayn.export`` into a temporary folder, the int8
-    files scored on the first 100 sentences of test 2016 (greedy and beam 4).
+def exported():
+    """The published model exported as the site build exports it: ``python -m aiayn.export --bleu int8
+    --limit 100 --shortlist train`` (its int8 files scored on the first 100 sentences of test 2016,
+    greedy and beam 4), by ``tools/site_assets.py``'s ``export``.
 
-    One export a run: the pytest-xdist workers share it (the first exports, under a lock, the others
-    wait and read it). The tests read it and never change it.
+    One export for the tests and the build: it lands in _build/translator-export/<key>, the key naming
+    the weights and the exporter's source, so that whoever comes second (a pytest-xdist worker, the
+    site build, the next run) reads it instead of exporting again, and a change to the exporter
+    exports again. The workers take turns under a lock. The tests read it and never change it.
     """
+    import importlib.util
+
     from filelock import FileLock
 
-    from aiayn.export.command import main
-    from aiayn.export.graphs import MANIFEST
+    from aiayn.runs.published import weights_file
 
     if not PUBLISHED.is_dir():
         pytest.fail(f"the published model is missing from {PUBLISHED}")
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's folder, above each worker's own
-    out = shared / "export"
-    with FileLock(shared / "export.lock"):
-        if not (out / MANIFEST).is_file():  # none yet, or one cut off
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("AIAYN_DATA", os.environ.get("AIAYN_DATA") or str(DATA))
-                main([str(PUBLISHED), "--out", str(out), "--limit", "100"])
+    spec = importlib.util.spec_from_file_location("site_assets", REPO / "tools" / "site_assets.py")
+    site_assets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(site_assets)
+    data = Path(os.environ.get("AIAYN_DATA") or DATA)
+    site_assets.EXPORTS.mkdir(parents=True, exist_ok=True)
+    with FileLock(site_assets.EXPORTS / "export.lock"), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIAYN_DATA", str(data))  # the command scores test 2016 and learns the shortlist from it
+        out, _ = site_assets.export(weights_file(PUBLISHED), data)
     return out
