@@ -67,9 +67,10 @@ from aiayn.training.step import amp_dtype_for, mean_loss  # noqa: E402
 FORMAT = "aiayn-gpu-check/1"  # a report's "format": what marks a file this tool may replace
 OLD_REPORT_KEYS = {"device", "device_name", "torch", "quick", "promises"}  # a report from before it had one
 SENTENCES = 64  # validation sentences translated at each evaluation
-# On a CPU the smoke runs train on 500 of the preset's 2,000 pairs, 13 steps an epoch instead of 50: the
-# promises need steps between evaluations, not many, and float16 autocast is slow on a CPU
-CPU_PAIRS = 500
+# On a CPU the smoke runs train on 200 of the preset's 2,000 pairs, 5 steps an epoch instead of 50: the
+# promises need steps between evaluations, not many, and bfloat16 and float16 autocast are slow on a CPU
+# without those types in hardware (on the book's AVX2 machine, 7 times float32's time a step)
+CPU_PAIRS = 200
 # (Adam implementation, amp): what a run uses on CUDA ("auto": fused Adam, bfloat16 from compute
 # capability 8.0, float16 with a scaler below), and their CPU twins, which PyTorch also runs
 MODES = {
