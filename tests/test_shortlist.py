@@ -2,6 +2,7 @@
 whole vocabulary's softmax renormalised over the list."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,39 @@ def test_equal_scores_keep_the_smaller_id_first():
     record = sl.build([([1], [9, 8, 7])], top=2, frequent=2)
     assert record["pieces"]["1"] == [7, 8]
     assert record["frequent"] == [7, 8]
+
+
+def dice_by_hand(pairs, top: int, frequent: int) -> dict:
+    """The module docstring's definition, counted pair by pair in Python (``build`` counts with NumPy)."""
+    c_s, c_t, c_st = Counter(), Counter(), Counter()
+    for src, tgt in pairs:
+        c_s.update(set(src))
+        c_t.update(set(tgt))
+        c_st.update((s, t) for s in set(src) for t in set(tgt))
+    lists = {}
+    for (s, t), c in c_st.items():
+        lists.setdefault(s, []).append((-2 * c / (c_s[s] + c_t[t]), t))
+    return {
+        "frequent": sorted(c_t, key=lambda t: (-c_t[t], t))[:frequent],
+        "pieces": {str(s): [t for _, t in sorted(lists[s])[:top]] for s in sorted(lists)},
+    }
+
+
+def test_the_lists_are_the_dice_coefficients_counted_pair_by_pair():
+    """Random pairs of few ids, so that scores tie often; empty sources and targets among them."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        V = int(rng.integers(1, 12))
+        pairs = [(rng.integers(0, V, rng.integers(0, 7)).tolist(), rng.integers(0, V, rng.integers(0, 7)).tolist())
+                 for _ in range(int(rng.integers(1, 30)))]  # fmt: skip
+        top, frequent = int(rng.integers(1, 6)), int(rng.integers(0, 6))
+        if not any(src for src, _ in pairs):
+            with pytest.raises(ValueError, match="at least one pair of token ids"):
+                sl.build(pairs, top, frequent)
+            continue
+        record = sl.build(pairs, top, frequent)
+        assert {k: record[k] for k in ("frequent", "pieces")} == dice_by_hand(pairs, top, frequent), pairs
+        json.dumps(record)  # plain ints and strings, as shortlist.json holds them
 
 
 def test_a_sentence_s_targets_are_its_pieces_lists_the_frequent_ids_and_eos_sorted():

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..checks import check_int
 
@@ -42,29 +43,48 @@ def build(
 
     Returns ``{"format", "top", "frequent": [ids], "pieces": {source id: [ids]}}``, each list
     best first (ties by smaller id); ``pieces`` holds only source pieces that occur.
+
+    The counts are taken with NumPy: every (source piece, target piece) of a pair becomes one
+    number, ``s · n + t``, and ``np.unique`` counts them (Multi30k's 29,000 pairs make about
+    5 million: 2 s where a ``Counter`` took 10 to 18 s).
     """
     check_int("top", top, minimum=1)
     check_int("frequent", frequent, minimum=0)
-    in_source, in_target, both = Counter(), Counter(), Counter()
-    for src, tgt in pairs:
-        s, t = set(src), set(tgt)
-        in_source.update(s)
-        in_target.update(t)
-        both.update((a, b) for a in s for b in t)
-    if not in_source:
+    sources, targets_ = [], []
+    for src, tgt in pairs:  # each pair's pieces, once each
+        sources.append(np.unique(np.asarray(src, dtype=np.int64)))
+        targets_.append(np.unique(np.asarray(tgt, dtype=np.int64)))
+    if not any(len(s) for s in sources):
         raise ValueError("a shortlist needs at least one pair of token ids")
-    dice: dict[int, list[tuple[float, int]]] = {}
-    for (a, b), c in both.items():
-        score = 2 * c / (in_source[a] + in_target[b])
-        dice.setdefault(a, []).append((-score, b))
-    best = sorted(in_target, key=lambda b: (-in_target[b], b))
+    # ids 0 .. n-1; c(s) and c(t): the pairs whose source (target) holds the piece
+    n = 1 + max(int(ids[-1]) for ids in sources + targets_ if len(ids))
+    in_source = np.bincount(np.concatenate(sources), minlength=n)
+    in_target = np.bincount(np.concatenate(targets_), minlength=n)
+    # c(s, t) of every (s, t) seen in a pair, each counted as the number s·n + t
+    keys = [
+        (s[:, None] * n + t).ravel()
+        for s, t in zip(sources, targets_, strict=True)
+    ]
+    key, both = np.unique(np.concatenate(keys), return_counts=True)
+    a, b = np.divmod(key, n)
+    dice = 2 * both / (in_source[a] + in_target[b])
+    # by source piece, then best first, ties by smaller id
+    order = np.lexsort((b, -dice, a))
+    a, b = a[order], b[order]
+    starts = np.flatnonzero(
+        np.diff(a, prepend=-1)
+    )  # where a source piece begins
+    bounds = np.r_[starts, len(a)]  # and where the last one ends
+    seen = np.flatnonzero(in_target)
+    # in the most targets first
+    best = seen[np.lexsort((seen, -in_target[seen]))]
     return {
         "format": FORMAT,
         "top": top,
-        "frequent": best[:frequent],
+        "frequent": best[:frequent].tolist(),
         "pieces": {
-            str(a): [b for _, b in sorted(scored)[:top]]
-            for a, scored in sorted(dice.items())
+            str(a[i]): b[i : min(i + top, end)].tolist()
+            for i, end in zip(bounds[:-1], bounds[1:], strict=True)
         },
     }
 
