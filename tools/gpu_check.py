@@ -67,7 +67,7 @@ from aiayn.training.step import amp_dtype_for, mean_loss  # noqa: E402
 FORMAT = "aiayn-gpu-check/1"  # a report's "format": what marks a file this tool may replace
 OLD_REPORT_KEYS = {"device", "device_name", "torch", "quick", "promises"}  # a report from before it had one
 SENTENCES = 64  # validation sentences translated at each evaluation
-# On a CPU the smoke runs train on 200 of the preset's 2,000 pairs, 5 steps an epoch instead of 50: the
+# On a CPU the smoke runs train on 200 of the preset's 2,000 pairs, 6 steps an epoch instead of 50: the
 # promises need steps between evaluations, not many, and bfloat16 and float16 autocast are slow on a CPU
 # without those types in hardware (on the book's AVX2 machine, 7 times float32's time a step)
 CPU_PAIRS = 200
