@@ -52,17 +52,35 @@ def base_url(site):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def playwright():
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        chromium = su.launch(playwright)
-        yield chromium
-        chromium.close()
+    with sync_playwright() as driver:
+        yield driver
 
 
 @pytest.fixture(scope="session")
-def page_reports(browser, base_url, site):
+def browser(playwright):
+    chromium = su.launch(playwright)
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(scope="session")
+def reader(playwright, tmp_path_factory):
+    """A second Chromium, with a profile on disk: the pages a reader reads one after another, its caches warm.
+
+    The tests that read or move what a page shows (layout, charts, controls) open their pages here, each
+    closed with ``su.close_tab``; tests that need a page to start from nothing (the translator's
+    downloads, a stored theme) take a fresh context of ``browser``.
+    """
+    context = su.launch_reader(playwright, tmp_path_factory.mktemp("reader-profile"))
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def page_reports(reader, base_url, site):
     """docname -> PageReport: each page loaded once at desktop size, inspected and photographed, on first use."""
     cache: dict[str, su.PageReport] = {}
 
@@ -71,12 +89,8 @@ def page_reports(browser, base_url, site):
             html = site / su.html_path(docname)
             if not html.is_file():
                 pytest.fail(f"{su.html_path(docname)} is listed in _toc.yml but was not built")
-            context = su.new_context(browser, base_url)
-            try:
-                shot = su.screenshot_path(docname, "desktop")
-                cache[docname] = su.inspect_page(context, base_url, su.html_path(docname), shot=shot)
-            finally:
-                context.close()
+            shot = su.screenshot_path(docname, "desktop")
+            cache[docname] = su.inspect_page(reader, base_url, su.html_path(docname), shot=shot)
         return cache[docname]
 
     return get
@@ -85,28 +99,27 @@ def page_reports(browser, base_url, site):
 class OpenPages:
     """One open page at a time, kept while consecutive tests use it (the chart tests of one chapter)."""
 
-    def __init__(self, browser, base_url, site):
-        self.browser, self.base_url, self.site = browser, base_url, site
-        self.docname = self.context = self.page = self.report = None
+    def __init__(self, reader, base_url, site):
+        self.reader, self.base_url, self.site = reader, base_url, site
+        self.docname = self.page = self.report = None
 
     def get(self, docname: str):
         if docname != self.docname:
             self.close()
             if not (self.site / su.html_path(docname)).is_file():
                 pytest.fail(f"{su.html_path(docname)} is listed in _toc.yml but was not built")
-            self.context = su.new_context(self.browser, self.base_url)
-            self.page, self.report = su.open_page(self.context, self.base_url, su.html_path(docname))
+            self.page, self.report = su.open_page(self.reader, self.base_url, su.html_path(docname))
             self.docname = docname
         return self.page, self.report
 
     def close(self):
-        if self.context is not None:
-            self.context.close()
-        self.docname = self.context = self.page = self.report = None
+        if self.page is not None:
+            su.close_tab(self.page)
+        self.docname = self.page = self.report = None
 
 
 @pytest.fixture(scope="session")
-def open_pages(browser, base_url, site):
-    pages = OpenPages(browser, base_url, site)
+def open_pages(reader, base_url, site):
+    pages = OpenPages(reader, base_url, site)
     yield pages
     pages.close()

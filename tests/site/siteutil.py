@@ -34,6 +34,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
     "--disable-quic",
+    # no host but the test server resolves: nothing leaves the machine, in any context (the reader's profile
+    # has no route, which would turn its cache off), and a request for another host fails where it is made
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 ]
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -140,6 +143,29 @@ def chromium_executable() -> str | None:
 
 def launch(playwright):
     return playwright.chromium.launch(executable_path=chromium_executable(), args=CHROMIUM_ARGS, headless=True)
+
+
+def launch_reader(playwright, profile: Path):
+    """A Chromium with a profile on disk in ``profile``, as a reader has: one page after another, whose
+    HTTP cache and V8's code cache keep the scripts every page loads (MathJax, Vega, the theme's).
+
+    A fresh context (``new_context``) is incognito: it starts with empty caches and has no code cache,
+    so each page parses and compiles those scripts again. Pages opened here load in about 40 % less
+    time (1.6 s against 2.7 s here). They share one origin's storage: ``close_tab`` clears it.
+    """
+    context = playwright.chromium.launch_persistent_context(
+        str(profile), executable_path=chromium_executable(), args=CHROMIUM_ARGS, headless=True,
+        viewport=DESKTOP, device_scale_factor=1,
+    )  # fmt: skip
+    context.add_init_script(PAGE_JS)
+    return context
+
+
+def close_tab(page) -> None:
+    """Close a page of the reader's profile, leaving its storage as the next page expects it: empty."""
+    if not page.is_closed():
+        page.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
+        page.close()
 
 
 # --- JavaScript the tests call in the page (installed with context.add_init_script) ----------------------
@@ -508,9 +534,15 @@ def watch(page, base: str) -> PageReport:
     return report
 
 
-def open_page(context, base: str, path: str, settle_ms: int = SETTLE_MS):
-    """Open a page and wait until its math, charts and widgets are drawn; returns (page, report)."""
+def open_page(context, base: str, path: str, settle_ms: int = SETTLE_MS, viewport: dict | None = None):
+    """Open a page and wait until its math, charts and widgets are drawn; returns (page, report).
+
+    ``viewport`` sizes this page before it loads, where the context's own size is not the one wanted
+    (the reader's profile opens its pages at DESKTOP).
+    """
     page = context.new_page()
+    if viewport is not None:
+        page.set_viewport_size(viewport)
     report = watch(page, base)
     report.url = f"{base}/{path}"
     page.goto(report.url, wait_until="load")
@@ -575,7 +607,7 @@ def inspect_page(context, base: str, path: str, shot: Path | None = None) -> Pag
         if shot is not None:
             report.screenshot_bytes = screenshot(page, shot)
     finally:
-        page.close()
+        close_tab(page)
     return report
 
 

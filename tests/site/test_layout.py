@@ -63,7 +63,7 @@ NO_TRANSITIONS = "*, *::before, *::after { transition: none !important; animatio
 
 
 @pytest.fixture(scope="module")
-def phone_reports(browser, base_url, site):
+def phone_reports(reader, base_url, site):
     """docname -> what a page measures at 390 x 844 (its widths, what sticks out of its column), loaded once."""
     cache: dict[str, dict] = {}
 
@@ -71,9 +71,8 @@ def phone_reports(browser, base_url, site):
         if docname not in cache:
             html = su.html_path(docname)
             assert (site / html).is_file(), f"{html} is listed in _toc.yml but was not built"
-            context = su.new_context(browser, base_url, viewport=su.PHONE)
+            page, _ = su.open_page(reader, base_url, html, viewport=su.PHONE)
             try:
-                page, _ = su.open_page(context, base_url, html)
                 report = {
                     "overflow": page.evaluate("() => window.__aiayn.overflow()"),
                     "screenshot_bytes": su.screenshot(page, su.screenshot_path(docname, "phone")),
@@ -84,7 +83,7 @@ def phone_reports(browser, base_url, site):
                 report["cut_off"] = page.evaluate("() => window.__aiayn.cutOff()")
                 cache[docname] = report
             finally:
-                context.close()
+                su.close_tab(page)
         return cache[docname]
 
     return get
