@@ -98,16 +98,16 @@ def test_no_text_is_left_for_mathjax():
 # --- in the browser ----------------------------------------------------------------------------------------
 
 
-def open_quiz_page(browser, base_url, docname: str, theme: str | None = None):
-    """A page loaded like test_pages does; returns (context, page, report, log).
+def open_quiz_page(reader, base_url, docname: str, theme: str | None = None):
+    """A page of the reader's profile, loaded like test_pages does; returns (page, report, log). Close it with
+    ``su.close_tab``.
 
     The log holds every console error, and the warnings that come from the quiz's module (a chart's Vega may warn
     about its own spec: that is test_charts' business).
     """
-    context = su.new_context(browser, base_url)
-    if theme:
-        context.add_init_script(f"localStorage.setItem('theme', '{theme}'); localStorage.setItem('mode', '{theme}');")
-    page = context.new_page()
+    page = reader.new_page()
+    if theme:  # the reader's choice, stored before the page's scripts read it
+        page.add_init_script(f"localStorage.setItem('theme', '{theme}'); localStorage.setItem('mode', '{theme}');")
     log: list[str] = []
 
     def on_console(message):
@@ -119,7 +119,7 @@ def open_quiz_page(browser, base_url, docname: str, theme: str | None = None):
     report = su.watch(page, base_url)
     page.goto(f"{base_url}/{su.html_path(docname)}", wait_until="load")
     page.wait_for_selector("section.aiayn-quiz", state="attached", timeout=15_000)
-    return context, page, report, log
+    return page, report, log
 
 
 def feedback(page, fieldset) -> str:
@@ -147,10 +147,10 @@ PLACE_JS = """() => {
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda n: f"chapter-{n}")
-def test_each_chapter_ends_with_a_quiz_that_answers(chapter, browser, base_url, site):
+def test_each_chapter_ends_with_a_quiz_that_answers(chapter, reader, base_url, site):
     docname = last_pages()[chapter]
     quiz = quizzes()[docname]
-    context, page, report, log = open_quiz_page(browser, base_url, docname)
+    page, report, log = open_quiz_page(reader, base_url, docname)
     try:
         shown = page.evaluate(PLACE_JS)
         assert f"Check yourself: chapter {chapter}" in shown["summary"]
@@ -193,16 +193,16 @@ def test_each_chapter_ends_with_a_quiz_that_answers(chapter, browser, base_url, 
         problems = log + report.page_errors + report.failed_local
         assert not problems, f"{docname}: {problems}"
     finally:
-        context.close()
+        su.close_tab(page)
 
 
-def test_a_keyboard_alone_answers(browser, base_url, site):
+def test_a_keyboard_alone_answers(reader, base_url, site):
     """Tab to the fold and open it with Enter, Tab to a radio, move with an arrow key, type a number and press Enter."""
     docname = last_pages()[1]
     quiz = quizzes()[docname]
     assert "choices" in quiz["questions"][0], f"{docname}: the keyboard test starts with a choice question"
     number = next(i for i, q in enumerate(quiz["questions"]) if "choices" not in q)
-    context, page, _, log = open_quiz_page(browser, base_url, docname)
+    page, _, log = open_quiz_page(reader, base_url, docname)
     try:
         page.locator("section.aiayn-quiz summary").focus()
         page.keyboard.press("Enter")
@@ -229,7 +229,7 @@ def test_a_keyboard_alone_answers(browser, base_url, site):
         assert feedback(page, fieldsets.nth(number)) == f"A number, please. Type a number, such as {q['example']}."
         assert not log, log
     finally:
-        context.close()
+        su.close_tab(page)
 
 
 # The contrast of a verdict's word and of its explanation against what is behind them (WCAG 2 relative luminance).
@@ -254,13 +254,13 @@ CONTRAST_JS = """(sel) => {
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-def test_verdicts_are_readable_in_both_themes(theme, browser, base_url, site):
+def test_verdicts_are_readable_in_both_themes(theme, reader, base_url, site):
     docname = last_pages()[1]
     quiz = quizzes()[docname]
     index = next(i for i, q in enumerate(quiz["questions"]) if "choices" in q)
     right = next(i for i, c in enumerate(quiz["questions"][index]["choices"]) if c["right"])
     wrong = next(i for i, c in enumerate(quiz["questions"][index]["choices"]) if not c["right"])
-    context, page, _, log = open_quiz_page(browser, base_url, docname, theme=theme)
+    page, _, log = open_quiz_page(reader, base_url, docname, theme=theme)
     try:
         assert page.evaluate("() => document.documentElement.dataset.theme") == theme
         page.locator("section.aiayn-quiz summary").click()
@@ -274,4 +274,4 @@ def test_verdicts_are_readable_in_both_themes(theme, browser, base_url, site):
                 assert measured["ratio"] >= MIN_CONTRAST, f"{theme}: the {part} is hard to read: {measured}"
         assert not log, log
     finally:
-        context.close()
+        su.close_tab(page)
