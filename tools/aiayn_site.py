@@ -1,9 +1,10 @@
 """Sphinx extension for the book's website (registered in _config.yml under local_extensions).
 
-- Loads the site's own Vega, Vega-Lite and vega-embed on every page, with a priority below the
-  default (500) so they come before RequireJS (which myst-nb adds on pages with ipywidgets):
-  loaded after RequireJS, Vega's UMD bundles would register as anonymous AMD modules instead of
-  the globals the charts call.
+- Loads the site's own Vega, Vega-Lite and vega-embed on the pages that draw a chart (their body
+  calls ``vegaEmbed``), with a priority below the default (500) so they come before RequireJS
+  (which myst-nb adds on pages with ipywidgets): loaded after RequireJS, Vega's UMD bundles would
+  register as anonymous AMD modules instead of the globals the charts call. The other pages, 27 of
+  44, do not load them: 0.8 MB of scripts that block the page in its head.
 - Gives the ipywidgets HTML manager, written for MathJax 2, the one MathJax 2 call it makes
   (``MathJax.Hub.Queue``), answered by MathJax 3's ``typesetPromise``.
 - Keeps inline scripts from appearing twice on a page (a second ``const THEBE_JS_URL`` of
@@ -53,9 +54,15 @@ def _assets_changed(app, env, added, changed, removed):
     return [app.config.root_doc] if newest > built.stat().st_mtime else []
 
 
+def _vega_where_charts(app, pagename, templatename, context, doctree):
+    """Vega's three scripts on this page only, when its body draws a chart (added here, they are the page's)."""
+    if "vegaEmbed(" in context.get("body", ""):
+        for script in VEGA_SCRIPTS:
+            app.add_js_file(script, priority=200)
+
+
 def setup(app):
-    for script in VEGA_SCRIPTS:
-        app.add_js_file(script, priority=200)
+    app.connect("html-page-context", _vega_where_charts)
     # deferred like MathJax itself, and later in the page, so it runs after MathJax has loaded
     app.add_js_file(None, body=MATHJAX2_SHIM, priority=900, type="module")
     app.connect("env-updated", _drop_duplicate_scripts)

@@ -7,6 +7,7 @@ tools/site_report.py makes the same report from the command line and defines wha
 from __future__ import annotations
 
 import json
+import re
 
 import siteutil as su
 
@@ -35,3 +36,18 @@ def test_screenshots_stay_small():
     total = sum(p.stat().st_size for p in shots if p.is_file())
     print(f"screenshots: {sum(p.is_file() for p in shots)} files, {total / 1e6:.1f} MB in {su.SCREENSHOTS}")
     assert total <= MAX_SCREENSHOTS_BYTES, f"screenshots take {total / 1e6:.1f} MB (limit 20 MB)"
+
+
+VEGA = re.compile(r'<script[^>]+src="[^"]*/vendor/vega[-a-z]*\.min\.js')
+
+
+def test_only_the_pages_that_draw_a_chart_load_vega(site):
+    """Vega's three scripts (0.8 MB, in the head, where they hold the page up) are on the pages with a chart only."""
+    loads, charts = {}, {}
+    for docname in su.toc_docnames():
+        html = site / su.html_path(docname)
+        loads[docname] = len(VEGA.findall(html.read_text(encoding="utf-8")))
+        charts[docname] = len(su.chart_ids(html))
+    print(f"{sum(n > 0 for n in charts.values())} of {len(charts)} pages draw a chart")
+    assert {d for d, n in charts.items() if n} == {d for d, n in loads.items() if n == 3}, loads
+    assert not [d for d, n in charts.items() if not n and loads[d]], "pages with no chart load Vega"
