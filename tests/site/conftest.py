@@ -1,4 +1,8 @@
-"""Fixtures for the website tests: the built site served on 127.0.0.1, one headless Chromium, page loads.
+"""Fixtures for the website tests: the built site served on 127.0.0.1, headless Chromium, page loads.
+
+Two Chromiums: ``browser`` gives a test a fresh incognito context, a page that starts from nothing (empty
+caches and storage, its own routes); ``reader`` is one profile on disk where pages open one after another,
+their caches warm, as a reader moves through the book (the layout, chart, control and quiz tests).
 
 The site is $AIAYN_SITE (default: _build/html, built by `make book`); its pages are the documents listed in
 $AIAYN_TOC (default: _toc.yml). Chromium is $AIAYN_CHROMIUM, else the system's, else Playwright's own.
