@@ -74,9 +74,9 @@ def browser(playwright):
 def reader(playwright, tmp_path_factory):
     """A second Chromium, with a profile on disk: the pages a reader reads one after another, its caches warm.
 
-    The tests that read or move what a page shows (layout, charts, controls) open their pages here, each
-    closed with ``su.close_tab``; tests that need a page to start from nothing (the translator's
-    downloads, a stored theme) take a fresh context of ``browser``.
+    The tests that read or move what a page shows (layout, charts, controls, quizzes) open their pages
+    here, each closed with ``su.close_tab``; tests that need a page to start from nothing (the
+    translator's downloads, routes, an emulated colour scheme) take a fresh context of ``browser``.
     """
     context = su.launch_reader(playwright, tmp_path_factory.mktemp("reader-profile"))
     yield context
