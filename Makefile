@@ -55,7 +55,8 @@ nbval: $(STAMP)
 	$(NBVAL) $(NB_SLOWEST_FIRST)
 
 # ... and as Colab meets a chapter: each notebook alone in an empty folder, against the package installed
-# from a built wheel (not the source tree), so a chapter that reads a file beside it fails here
+# from a built wheel (not the source tree), so a chapter that reads a file beside it fails here; its kernel
+# imports only what `pip install aiayn[book]` installs (--reader-install: tools/reader_install.py)
 ALONE := _build/alone
 nbval-portable: $(STAMP)
 	rm -rf $(ALONE) build && mkdir -p $(ALONE)
@@ -65,7 +66,7 @@ nbval-portable: $(STAMP)
 	for nb in $(NB); do name=$$(basename $$nb .ipynb); mkdir $(ALONE)/$$name && cp $$nb $(ALONE)/$$name/; done
 	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PY) -c "import aiayn, sys; \
 	  sys.exit(0 if '$(ALONE)/site/' in aiayn.__file__ else f'aiayn comes from {aiayn.__file__}, not the wheel')"
-	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PORTABLE) $(NBVAL) \
+	PYTHONPATH=$(CURDIR)/$(ALONE)/site $(PORTABLE) $(NBVAL) --reader-install \
 	  $(foreach nb,$(NB_SLOWEST_FIRST),$(ALONE)/$(basename $(notdir $(nb)))/$(notdir $(nb)))
 
 site: $(STAMP) assets

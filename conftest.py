@@ -8,6 +8,9 @@ of its chapter fails. A kernel died so in a CI self-check, at the first chapter 
 other worker started its own (nbval sends a kernel's errors to /dev/null, so the cause is inferred, not
 seen). Over IPC each channel is a Unix socket, a file in a folder of this process's own: there is no number
 to lose.
+
+With ``--reader-install`` (the portable pass of `make nbval-portable`), each kernel first runs
+tools/reader_install.py's guard: only the modules of a reader's ``pip install aiayn[book]`` can be imported.
 """
 
 from __future__ import annotations
@@ -15,8 +18,22 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
+
+READER_INSTALL = Path(__file__).resolve().parent / "tools" / "reader_install.py"
+# run by the kernel before the chapter's first cell; run_path's namespace is its own, and runpy is deleted,
+# so the chapter sees no name of it
+GUARD = f"import runpy; runpy.run_path({str(READER_INSTALL)!r}, run_name='aiayn_reader_guard'); del runpy"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reader-install",
+        action="store_true",
+        help="nbval: the chapters' kernels import only what `pip install aiayn[book]` installs",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     folder = tempfile.mkdtemp(prefix="aiayn-kernels-")
     numbers = itertools.count()
+    reader_install = config.getoption("reader_install")
     tcp = nbval.kernel.KernelManager
 
     class UnixSocketKernelManager(tcp):
@@ -35,6 +53,11 @@ def pytest_configure(config: pytest.Config) -> None:
             kwargs.setdefault("transport", "ipc")
             kwargs.setdefault("ip", f"{folder}/kernel-{next(numbers)}")
             super().__init__(**kwargs)
+
+        def start_kernel(self, **kwargs):
+            if reader_install:
+                kwargs["extra_arguments"] = [*kwargs.get("extra_arguments", []), f"--IPKernelApp.exec_lines={GUARD}"]
+            return super().start_kernel(**kwargs)
 
     nbval.kernel.KernelManager = UnixSocketKernelManager
     config.add_cleanup(lambda: setattr(nbval.kernel, "KernelManager", tcp))
