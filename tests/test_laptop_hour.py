@@ -26,15 +26,20 @@ def tool():
     return module
 
 
+def tiny_hour(tool, folder: Path, smoke: str, name: str) -> tuple[Path, dict]:
+    """The ``smoke`` preset cut to a few seconds, named ``name``, trained through the tool's ``train`` part."""
+    config = get_preset(smoke, epochs=1, train_subset=400, val_subset=40, test_subset=30)
+    (folder / "tiny.json").write_text(json.dumps(dataclasses.asdict(dataclasses.replace(config, name=name))))
+    run = folder / name
+    timed = tool.train_hour(run, ("--config", str(folder / "tiny.json")))
+    (folder / f"{name}.hour.json").write_text(json.dumps(timed))
+    return run, timed
+
+
 @pytest.fixture(scope="module")
 def hour(tool, root, cache, tmp_path_factory):
     """A tiny config named ``laptop`` trained through the tool's ``train`` part, and its record."""
-    folder = tmp_path_factory.mktemp("hour")
-    config = get_preset("multi30k-smoke", epochs=1, train_subset=400, val_subset=40, test_subset=30)
-    (folder / "tiny.json").write_text(json.dumps(dataclasses.asdict(dataclasses.replace(config, name="laptop"))))
-    run = folder / "laptop"
-    timed = tool.train_hour(run, ("--config", str(folder / "tiny.json")))
-    (folder / "laptop.hour.json").write_text(json.dumps(timed))
+    run, timed = tiny_hour(tool, tmp_path_factory.mktemp("hour"), "multi30k-smoke", "laptop")
     return tool, run, timed
 
 
@@ -93,8 +98,48 @@ def test_record_refuses_a_run_without_its_hour_or_of_another_preset(hour, root, 
     (tmp_path / "other.hour.json").write_text("{}")
     with pytest.raises(SystemExit) as stop:
         tool.main(["record", str(other), "--out", str(tmp_path)])
-    assert stop.value.code == 2 and "not a run of the laptop preset" in capsys.readouterr().err
+    assert stop.value.code == 2 and "not a run of the laptop or the rnn-laptop preset" in capsys.readouterr().err
     assert not (tmp_path / "laptop.json").exists()
+
+
+@pytest.fixture(scope="module")
+def rnn_hour(tool, root, cache, tmp_path_factory):
+    """A tiny recurrent config named ``rnn-laptop`` trained through the tool's ``train`` part."""
+    return tiny_hour(tool, tmp_path_factory.mktemp("rnn-hour"), "rnn-smoke", "rnn-laptop")[0]
+
+
+def test_the_recurrent_hour_is_recorded_beside_the_transformer_s(tool, rnn_hour, root, tmp_path, capsys):
+    speed = tmp_path / "speed.json"
+    speed.write_text(json.dumps({"ratio": {"median": 2.0}}))
+    tool.main(["record", str(rnn_hour), "--speed", str(speed), "--data", str(root), "--out", str(tmp_path)])
+    assert "test2016: sacreBLEU" in capsys.readouterr().out
+    assert not (tmp_path / "laptop.json").exists()  # the Transformer's record is not touched
+    text = json.loads((tmp_path / "rnn-laptop.json").read_text())
+    hyps = (tmp_path / "rnn-laptop.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+    assert text["preset"] == "rnn-laptop" and text["config"]["model"]["kind"] == "rnn"
+    assert text["command"].startswith("python -m aiayn.train --config ") and "--out runs/rnn-laptop " in text["command"]
+    assert text["speed"] == {"ratio": {"median": 2.0}}
+    assert all(e["rnn-laptop"] == hyps[e["line"]] for e in text["examples"])
+    refs = [en for _, en in load_multi30k("test2016", root, download=False)][:30]
+    laptop = (tool.REPO / "src/aiayn/results/laptop.test2016.hyp.en").read_text(encoding="utf-8").splitlines()[:30]
+    paired, t = text["test2016"]["against_laptop"], text["test2016"]
+    difference = sacrebleu.corpus_bleu(hyps, [refs]).score - sacrebleu.corpus_bleu(laptop, [refs]).score
+    assert t["sacrebleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    assert abs(paired["difference"] - difference) <= 0.011 and paired["low"] <= paired["difference"] <= paired["high"]
+
+
+def test_speed_times_both_models_on_the_same_batches_taking_turns(tool, hour, root):
+    _, run, _ = hour
+    speed = tool.measure_speed(run, str(root), sample=3, rounds=2)
+    assert set(speed["parameters"]) == {"laptop", "rnn-laptop"} and speed["threads"] == 2
+    lengths = [b["target_len"] for b in speed["batches"]]
+    assert len(lengths) == 3 and lengths == sorted(lengths) and speed["epoch_batches"] > 3
+    assert all(b["laptop_s"] > 0 and b["rnn-laptop_s"] > 0 and b["target_tokens"] > 0 for b in speed["batches"])
+    ratios = [r["ratio"] for r in speed["rounds"]]
+    assert len(ratios) == 2 and all(abs(r["ratio"] - r["rnn-laptop_s"] / r["laptop_s"]) < 0.01 for r in speed["rounds"])
+    assert speed["ratio"]["min"] == min(ratios) and speed["ratio"]["max"] == max(ratios)
+    with pytest.raises(ValueError, match="sample must be 1.."):
+        tool.measure_speed(run, str(root), sample=10_000, rounds=1)
 
 
 def test_sizes_times_each_size_on_one_and_two_threads(tool):
@@ -122,6 +167,8 @@ def test_another_seed_is_the_preset_with_that_seed_alone(tool, tmp_path):
     config = json.loads(tool.seed_config(tmp_path / "seed2", 2).read_text())
     assert (tmp_path / "seed2.config.json").is_file() and not (tmp_path / "seed2").exists()
     assert config == {**get_preset("laptop").to_dict(), "seed": 2}
+    config = json.loads(tool.seed_config(tmp_path / "rnn-1", 1, "rnn-laptop").read_text())
+    assert config == {**get_preset("rnn-laptop").to_dict(), "seed": 1}
 
 
 def test_record_scores_further_seeds_beside_the_first(hour, seed_1, root, tmp_path):

@@ -181,6 +181,42 @@ def test_the_laptop_record_is_the_laptop_preset_and_its_hour(root):
     assert seeds["mean"] == round(sum(seeds["sacrebleu"].values()) / len(seeds["sacrebleu"]), 2)
 
 
+def test_the_recurrent_hour_is_its_preset_and_scores_its_translations(root):
+    from dataclasses import asdict
+
+    from aiayn.bleu import bootstrap_bleu, paired_bootstrap
+    from aiayn.runs.recipes import PRESETS, TrainConfig
+
+    rnn = json.loads((RESULTS / "rnn-laptop.json").read_text())
+    laptop = json.loads((RESULTS / "laptop.json").read_text())
+    assert rnn["command"].startswith("python -m aiayn.train --preset rnn-laptop ")
+    recorded = TrainConfig.from_dict(rnn["config"])
+    assert asdict(recorded) == asdict(PRESETS["rnn-laptop"])
+    # the laptop's recipe but for the model and its epochs: what makes the two hours comparable
+    changed = {k for k in rnn["config"] if rnn["config"][k] != laptop["config"][k]}
+    assert changed == {"name", "model", "epochs"}
+    assert abs(rnn["parameters"] / laptop["parameters"] - 1) < 0.005
+    assert rnn["epochs"] == recorded.epochs == len(rnn["val_loss_by_epoch"])
+    hyps, refs = lines_of("rnn-laptop.test2016.hyp.en"), english("test2016")
+    test = rnn["test2016"]
+    scored = bootstrap_bleu(hyps, refs)
+    assert (test["sacrebleu"], test["low"], test["high"]) == tuple(
+        round(x, 2) for x in (scored.score, scored.low, scored.high)
+    )
+    paired = paired_bootstrap(lines_of("laptop.test2016.hyp.en"), hyps, refs)
+    assert test["against_laptop"] == {
+        "difference": round(paired.difference, 2), "low": round(paired.low, 2),
+        "high": round(paired.high, 2), "p_value": round(paired.p_value, 4),
+    }  # fmt: skip
+    assert all(e["rnn-laptop"] == hyps[e["line"]] for e in rnn["examples"])
+    # the speeds were measured taking turns on the same batches, and the ratio is theirs
+    speed = rnn["speed"]
+    assert speed["parameters"] == {"laptop": laptop["parameters"], "rnn-laptop": rnn["parameters"]}
+    ratios = [r["ratio"] for r in speed["rounds"]]
+    assert all(abs(r["rnn-laptop_s"] / r["laptop_s"] - r["ratio"]) < 0.01 for r in speed["rounds"])
+    assert speed["ratio"]["min"] == min(ratios) and speed["ratio"]["max"] == max(ratios)
+
+
 SWEEP = json.loads((RESULTS / "length_penalty.json").read_text())
 
 

@@ -7,6 +7,13 @@
     python tools/laptop_hour.py record runs/laptop --sizes runs/sizes.json \
         --seeds runs/laptop-1 runs/laptop-2 --out src/aiayn/results
 
+    # the recurrent model the paper replaced, in the same time (chapter 1.4)
+    python tools/laptop_hour.py train --preset rnn-laptop --out runs/rnn-laptop
+    python tools/laptop_hour.py sizes --out runs/sizes-rnn-day.json     # the machine's speed that day
+    python tools/laptop_hour.py speed runs/rnn-laptop --out runs/speed.json
+    python tools/laptop_hour.py record runs/rnn-laptop --sizes runs/sizes-rnn-day.json \
+        --speed runs/speed.json --out src/aiayn/results
+
 ``sizes`` times training steps of a few model sizes on 1 and 2 threads (the same synthetic batches
 of 2,048 tokens, sentences of 7 to 14 pieces, ``--seconds`` each, in rounds that alternate the
 sizes) and prints each one's target tokens per second: the ``laptop`` preset is the largest size
@@ -23,6 +30,14 @@ published model's figures beside them and a paired bootstrap against it, six exa
 ``laptop.test2016.hyp.en`` into ``--out``; ``--seeds`` scores further hours of the same config but
 for the seed the same way, adds their scores and last validation loss (``seeds``) and writes their
 translations beside it (``laptop-seedK.test2016.hyp.en``).
+
+``--preset rnn-laptop`` does the same for the recurrent baseline (``aiayn.baselines.rnn``) trained by the
+laptop's recipe for 6 epochs; ``record`` then writes ``rnn-laptop.json`` and adds a paired bootstrap
+against the laptop Transformer's translations. Two hours timed on different days do not compare (a
+shared machine's speed changes from day to day: ``sizes`` run on each hour's day and recorded with it
+shows by how much), so ``speed`` times training steps of the two models on the same Multi30k batches
+(the run's tokenizer, a sample of an epoch's batches from short to long), taking turns, and gives the
+ratio of each round.
 """
 
 from __future__ import annotations
@@ -47,7 +62,7 @@ from aiayn import cli  # noqa: E402
 from aiayn.bleu import bootstrap_bleu, corpus_bleu, paired_bootstrap  # noqa: E402
 from aiayn.data.multi30k import load_multi30k  # noqa: E402
 from aiayn.files import atomic_write  # noqa: E402
-from aiayn.runs.presets import PRESETS, get_preset  # noqa: E402
+from aiayn.runs.presets import get_preset  # noqa: E402
 from aiayn.runs.scoring import evaluate  # noqa: E402
 
 # Candidate sizes: (vocabulary, d_model, d_ff, heads, layers). The last is multi30k-t4's model.
@@ -58,6 +73,7 @@ SIZES = {
     "width 256, 3 layers, 8,000 pieces": (8000, 256, 1024, 4, 3),
 }
 EXAMPLE_LINES = (4, 6, 8, 14, 20, 26)  # test2016 lines shown on chapter 11's page
+HOURS = ("laptop", "rnn-laptop")  # the presets timed: the Transformer and the recurrent model it replaced
 
 
 def measure_sizes(seconds: float, rounds: int, sizes: dict = SIZES) -> list[dict]:
@@ -98,6 +114,75 @@ def measure_sizes(seconds: float, rounds: int, sizes: dict = SIZES) -> list[dict
     ]  # fmt: skip
 
 
+def measure_speed(run: Path, data: str | None, sample: int = 30, rounds: int = 3, threads: int = 2) -> dict:
+    """Seconds a training step of the ``laptop`` and ``rnn-laptop`` models takes on the same batches.
+
+    The batches are ``sample`` of the laptop recipe's first epoch, evenly spaced in the order of their
+    target length (so that their sum stands for the epoch's), built as the train command builds them
+    with ``run``'s tokenizer; the models too (the Transformer with its fast paths). After a warm-up
+    pass, the two models take turns, a pass over the sample each, ``rounds`` times, on ``threads``
+    threads; each round gives the ratio of the two passes.
+    """
+    from aiayn.data.tokenizer import Tokenizer
+    from aiayn.engine.switch import set_fast
+    from aiayn.loss import LabelSmoothingLoss
+    from aiayn.runs.presets import build_model
+    from aiayn.runs.recipes import prepare_data
+    from aiayn.schedule import make_optimizer
+    from aiayn.training.batches import EpochBatches
+    from aiayn.training.step import train_step
+
+    recipe = get_preset("laptop")
+    prepared = prepare_data(recipe, data, tokenizer=Tokenizer(run / "tokenizer.model"))
+    epoch = sorted(EpochBatches(prepared.train_ids, recipe.max_tokens, seed=recipe.seed)(0),
+                   key=lambda b: (b.tgt_out.shape[1], b.src.shape[1]))  # fmt: skip
+    if not 0 < sample <= len(epoch):
+        raise ValueError(f"sample must be 1..{len(epoch)} (the epoch's batches), got {sample}")
+    batches = [epoch[i * len(epoch) // sample] for i in range(sample)]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        models = {}
+        for name in HOURS:  # as the train command builds them (runs.recipes)
+            models[name] = build_model(get_preset(name), prepared.tokenizer).train()
+            if get_preset(name).model.fused_attention:
+                set_fast(models[name])
+        optimizers = {name: make_optimizer(model) for name, model in models.items()}
+        loss_fn = LabelSmoothingLoss(recipe.label_smoothing, ignore_index=prepared.tokenizer.pad_id)
+        load_before = float(Path("/proc/loadavg").read_text().split()[0])
+        times: dict[str, list[list[float]]] = {name: [] for name in HOURS}
+        for turn in range(rounds + 1):  # the first pass of each warms up and is not kept
+            for name, model in models.items():
+                seconds = []
+                for batch in batches:
+                    start = time.perf_counter()
+                    train_step(model, batch, optimizers[name], loss_fn, clip_norm=recipe.clip_norm)
+                    seconds.append(time.perf_counter() - start)
+                if turn:
+                    times[name].append(seconds)
+        load_after = float(Path("/proc/loadavg").read_text().split()[0])
+    finally:
+        torch.set_num_threads(previous)
+    transformer, rnn = HOURS
+    ratios = [sum(r) / sum(t) for t, r in zip(times[transformer], times[rnn], strict=True)]
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
+        "torch": torch.__version__, "threads": threads, "measured_at": time.strftime("%Y-%m-%d"),
+        "load_average": {"before": load_before, "after": load_after},
+        "epoch_batches": len(epoch), "parameters": {n: sum(p.numel() for p in m.parameters())
+                                                    for n, m in models.items()},
+        "batches": [{"rows": b.src.shape[0], "source_len": b.src.shape[1], "target_len": b.tgt_out.shape[1],
+                     "target_tokens": b.n_tokens,
+                     **{f"{n}_s": round(statistics.median(r[i] for r in times[n]), 4) for n in HOURS}}
+                    for i, b in enumerate(batches)],
+        "rounds": [{f"{n}_s": round(sum(times[n][k]), 2) for n in HOURS} | {"ratio": round(ratios[k], 3)}
+                   for k in range(rounds)],
+        "ratio": {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3),
+                  "max": round(max(ratios), 3)},
+    }  # fmt: skip
+
+
 def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> dict:
     """Run the train command on ``out``, timing it and sampling the load average every 30 s.
 
@@ -121,11 +206,11 @@ def train_hour(out: Path, preset: tuple[str, str] = ("--preset", "laptop")) -> d
             "load_average": loads, "finished_at": time.strftime("%Y-%m-%d")}  # fmt: skip
 
 
-def seed_config(out: Path, seed: int) -> Path:
-    """The ``laptop`` preset with another ``seed``, written beside the run folder ``out`` (the train
-    command's ``--config``): the same recipe, other weights, dropout and batch order."""
+def seed_config(out: Path, seed: int, preset: str = "laptop") -> Path:
+    """``preset`` with another ``seed``, written beside the run folder ``out`` (the train command's
+    ``--config``): the same recipe, other weights, dropout and batch order."""
     config = out.with_name(out.name + ".config.json")
-    atomic_write(config, json.dumps(get_preset("laptop", seed=seed).to_dict(), indent=1) + "\n")
+    atomic_write(config, json.dumps(get_preset(preset, seed=seed).to_dict(), indent=1) + "\n")
     return config
 
 
@@ -153,15 +238,16 @@ def another_seed(run: Path, first: dict, data: str | None) -> tuple[dict, str]:
     only spread the scores."""
     config, hour = check_another_seed(run, first["config"]), read_hour(run)
     result, hyps, _, scores = scored(run, data)
-    command = hour["command"].replace(str(run), f"runs/laptop-{config['seed']}")  # its config beside it
+    name = config["name"]
+    command = hour["command"].replace(str(run), f"runs/{name}-{config['seed']}")  # its config beside it
     return {"seed": config["seed"], "command": command, "val_loss": curve(run)[0][-1],
-            "sacrebleu": round(result.sacrebleu, 2), "hypotheses": seed_hypotheses(config["seed"]),
+            "sacrebleu": round(result.sacrebleu, 2), "hypotheses": seed_hypotheses(config["seed"], name),
             **scores}, "\n".join(hyps) + "\n"  # fmt: skip
 
 
-def seed_hypotheses(seed: int) -> str:
-    """The file of a further seed's test2016 translations, beside ``laptop.json``."""
-    return f"laptop-seed{seed}.test2016.hyp.en"
+def seed_hypotheses(seed: int, preset: str = "laptop") -> str:
+    """The file of a further seed's test2016 translations, beside ``laptop.json`` (``rnn-laptop.json``)."""
+    return f"{preset}-seed{seed}.test2016.hyp.en"
 
 
 def scored(run: Path, data: str | None) -> tuple:
@@ -205,16 +291,18 @@ def read_hour(run: Path) -> dict:
     if not hour_file.is_file():
         raise FileNotFoundError(f"{hour_file} not found: `python tools/laptop_hour.py train` writes it")
     hour = json.loads(hour_file.read_text())
-    if json.loads((run / "config.json").read_text())["name"] != PRESETS["laptop"].name:
-        raise ValueError(f"{run} is not a run of the laptop preset")
+    if json.loads((run / "config.json").read_text())["name"] not in HOURS:
+        raise ValueError(f"{run} is not a run of the laptop or the rnn-laptop preset")
     if "finished_at" not in hour:  # written before hours carried their date: the file's
         hour["finished_at"] = time.strftime("%Y-%m-%d", time.localtime(hour_file.stat().st_mtime))
     return hour
 
 
-def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) -> tuple[dict, str]:
-    """``laptop.json``'s content and the run's 1,000 test2016 translations."""
+def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None,
+           speed: dict | None = None) -> tuple[dict, str]:
+    """``laptop.json``'s content (``rnn-laptop.json``'s) and the run's 1,000 test2016 translations."""
     config = json.loads((run / "config.json").read_text())
+    name = config["name"]
     summary = json.loads((run / "summary.json").read_text())
     result, hyps, pairs, scores = scored(run, data)
     refs = [en for _, en in pairs]
@@ -223,8 +311,8 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
     loads = [load for _, load in hour["load_average"]]
     losses, tokens = curve(run)
     text = {
-        "preset": "laptop",
-        "command": hour["command"].replace(str(run), "runs/laptop"),
+        "preset": name,
+        "command": hour["command"].replace(str(run), f"runs/{name}"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
         "torch": torch.__version__,
         "measured_at": hour["finished_at"],
@@ -250,12 +338,20 @@ def record(run: Path, hour: dict, sizes: list[dict] | None, data: str | None) ->
             "against_published": scores["against_published"],
         },
         "sizes": sizes,
+        "speed": speed,
         "examples": [
-            {"line": i, "German": pairs[i][0], "reference": refs[i], "laptop": hyps[i]}
+            {"line": i, "German": pairs[i][0], "reference": refs[i], name: hyps[i]}
             for i in EXAMPLE_LINES
             if i < len(hyps)
         ],
     }  # fmt: skip
+    if name != "laptop":  # the recurrent hour beside the Transformer's, on the same sentences
+        laptop = (REPO / "src/aiayn/results/laptop.test2016.hyp.en").read_text(encoding="utf-8").splitlines()
+        paired = paired_bootstrap(laptop[: len(hyps)], hyps, refs)
+        text["test2016"]["against_laptop"] = {
+            "difference": round(paired.difference, 2), "low": round(paired.low, 2),
+            "high": round(paired.high, 2), "p_value": round(paired.p_value, 4),
+        }  # fmt: skip
     return text, "\n".join(hyps) + "\n"
 
 
@@ -269,9 +365,18 @@ def main(argv: list[str] | None = None) -> None:
     t = sub.add_parser("train")
     t.add_argument("--out", type=Path, required=True, help="the run folder (new, or one to resume)")
     t.add_argument("--seed", type=int, default=0, help="the preset's seed (default 0, the preset's own)")
+    t.add_argument("--preset", choices=HOURS, default="laptop",
+                   help="the Transformer's hour (laptop) or the recurrent baseline's (rnn-laptop)")
+    v = sub.add_parser("speed")
+    v.add_argument("run", type=Path, help="a run folder of either hour (its tokenizer builds the batches)")
+    v.add_argument("--out", type=Path, required=True, help="the JSON to write")
+    v.add_argument("--sample", type=cli.positive_int, default=30, help="batches of the epoch timed")
+    v.add_argument("--rounds", type=cli.positive_int, default=3)
+    v.add_argument("--data", help="Multi30k folder (default $AIAYN_DATA)")
     r = sub.add_parser("record")
     r.add_argument("run", type=Path, help="the run folder `train` wrote")
     r.add_argument("--sizes", type=Path, help="the JSON `sizes` wrote")
+    r.add_argument("--speed", type=Path, help="the JSON `speed` wrote")
     r.add_argument("--seeds", type=Path, nargs="+", default=[], metavar="RUN",
                    help="run folders of further seeds (`train --seed K`), scored beside the first")
     r.add_argument("--data", help="Multi30k folder (default $AIAYN_DATA)")
@@ -283,14 +388,21 @@ def main(argv: list[str] | None = None) -> None:
             for row in rows:
                 print(f"{row['size']:<36} {row['threads']} thread(s) {row['tokens_per_s']:>6,} target tokens/s")
             atomic_write(args.out, json.dumps(rows, indent=1) + "\n")
+        elif args.part == "speed":
+            speed = measure_speed(args.run, args.data, args.sample, args.rounds)
+            for row in speed["rounds"]:
+                print("  ".join(f"{k} {v}" for k, v in row.items()))
+            ratio = speed["ratio"]
+            print(f"a step of rnn-laptop takes {ratio['median']} times laptop's ({ratio['min']}-{ratio['max']})")
+            atomic_write(args.out, json.dumps(speed, indent=1) + "\n")
         elif args.part == "train":
             hour_file = args.out.with_name(args.out.name + ".hour.json")
             before = json.loads(hour_file.read_text()) if hour_file.is_file() else None
             if before is not None and before["rc"] == 0:
                 raise ValueError(f"{hour_file} holds a finished hour: record it, or train into another --out")
-            preset = ("--preset", "laptop")
+            preset = ("--preset", args.preset)
             if args.seed != 0:
-                preset = ("--config", str(seed_config(args.out, args.seed)))
+                preset = ("--config", str(seed_config(args.out, args.seed, args.preset)))
             hour = resumed(before, train_hour(args.out, preset))
             atomic_write(hour_file, json.dumps(hour, indent=1) + "\n")
             if hour["rc"]:
@@ -299,18 +411,20 @@ def main(argv: list[str] | None = None) -> None:
         else:
             hour = read_hour(args.run)
             sizes = json.loads(args.sizes.read_text()) if args.sizes else None
+            speed = json.loads(args.speed.read_text()) if args.speed else None
             for other in args.seeds:  # every run checked before any is decoded
                 read_hour(other)
                 check_another_seed(other, json.loads((args.run / "config.json").read_text()))
-            text, hyps = record(args.run, hour, sizes, args.data)
+            text, hyps = record(args.run, hour, sizes, args.data, speed)
+            name = text["preset"]
             others = [another_seed(run, text, args.data) for run in args.seeds]
             if others:
                 text["seeds"] = seeds(text, [other for other, _ in others])
             args.out.mkdir(parents=True, exist_ok=True)
             for other, lines in others:
                 atomic_write(args.out / other["hypotheses"], lines)
-            atomic_write(args.out / "laptop.json", json.dumps(text, indent=1, ensure_ascii=False) + "\n")
-            atomic_write(args.out / "laptop.test2016.hyp.en", hyps)
+            atomic_write(args.out / f"{name}.json", json.dumps(text, indent=1, ensure_ascii=False) + "\n")
+            atomic_write(args.out / f"{name}.test2016.hyp.en", hyps)
             t = text["test2016"]
             print(f"test2016: sacreBLEU {t['sacrebleu']:.2f} ({t['low']:.2f}-{t['high']:.2f}), "
                   f"lower-cased {t['lowercased']:.2f}; {text['wall_s'] / 60:.1f} min")  # fmt: skip
