@@ -80,6 +80,8 @@ def test_every_exercise_a_chapter_checks_is_known_and_every_known_one_is_asked()
         ("8.1.1", {"peak_rate": 512**-0.5 * 4000**-0.5, "half_step": 4000}, "half_step", "step^-0.5"),
         # the mean of the two sentences' brevity penalties is not the pooled one
         ("9.2.1", {"bp_short": 0.264, "bp_pooled": (1 + 0.264) / 2}, "bp_pooled", "adds up c and r"),
+        # a batch's budget counts the target's positions alone
+        ("1.4.2", {"rows_10": 102, "calls_10": 10, "rows_30": 2048 // 30, "calls_30": 30}, "rows_30", "source and"),
         # an unsmoothed model's perplexity on a certain token
         ("10.2.1", {"ppl_eps_01": 1.0, "ppl_eps_02": 1.25}, "ppl_eps_01", "1 / p"),
         # the patches without the class token

@@ -1,4 +1,5 @@
-"""Exercises of the recurrent baseline (page 1.4): the shapes and the sequential chain of RNNsearch.
+"""Exercises of the recurrent baseline (page 1.4): the shapes and the sequential chain of RNNsearch,
+and how a batch's sentence length sets the chain's length and width.
 
 Each function computes one exercise's truths from the package; ``TRUTHS`` maps the exercise's id
 (section.number, as the page names it) to it.
@@ -55,6 +56,43 @@ def _rnn_sizes() -> dict[str, Truth]:
     }
 
 
+def _batch_chain() -> dict[str, Truth]:
+    """1.4.2: sentences in a batch of 2,048 positions and the GRU cell's chain, at T = 10 and 30."""
+    from ...baselines.rnn import RNN, RNNConfig
+    from ...data.multi30k import make_batches
+    from ...training.batches import PaddedPairs
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        rnn = RNN(RNNConfig(20, 20, d_model=8, d_hidden=8, d_attn=8)).eval()
+    truths = {}
+    for length in (10, 30):  # pieces a side, <eos> included
+        pairs = [([5] * (length - 1), [6] * (length - 1))] * 200
+        first = make_batches(pairs, 2048, shuffle=False)[0]
+        batch = PaddedPairs(pairs).batch(first)
+        steps: list[int] = []
+        hook = rnn.decoder.cell.register_forward_hook(
+            lambda *_, steps=steps: steps.append(1)
+        )
+        try:
+            with torch.no_grad():
+                memory = rnn.encode(batch.src)
+                rnn.decode(memory, None, batch.tgt_in)
+        finally:
+            hook.remove()
+        truths[f"rows_{length}"] = Truth(
+            len(first),
+            "the budget counts padded positions of the source and the "
+            "target together",
+        )
+        truths[f"calls_{length}"] = Truth(
+            len(steps),
+            "one call per target position, whatever the number of rows",
+        )
+    return truths
+
+
 TRUTHS: dict[str, Callable[[], dict[str, Truth]]] = {
     "1.4.1": _rnn_sizes,
+    "1.4.2": _batch_chain,
 }
