@@ -126,6 +126,7 @@ def measure_speed(run: Path, data: str | None, sample: int = 30, rounds: int = 3
     from aiayn.data.tokenizer import Tokenizer
     from aiayn.engine.switch import set_fast
     from aiayn.loss import LabelSmoothingLoss
+    from aiayn.model import count_parameters
     from aiayn.runs.presets import build_model
     from aiayn.runs.recipes import prepare_data
     from aiayn.schedule import make_optimizer
@@ -170,8 +171,7 @@ def measure_speed(run: Path, data: str | None, sample: int = 30, rounds: int = 3
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
         "torch": torch.__version__, "threads": threads, "measured_at": time.strftime("%Y-%m-%d"),
         "load_average": {"before": load_before, "after": load_after},
-        "epoch_batches": len(epoch), "parameters": {n: sum(p.numel() for p in m.parameters())
-                                                    for n, m in models.items()},
+        "epoch_batches": len(epoch), "parameters": {n: count_parameters(m) for n, m in models.items()},
         "batches": [{"rows": b.src.shape[0], "source_len": b.src.shape[1], "target_len": b.tgt_out.shape[1],
                      "target_tokens": b.n_tokens,
                      **{f"{n}_s": round(statistics.median(r[i] for r in times[n]), 4) for n in HOURS}}
