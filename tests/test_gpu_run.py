@@ -49,10 +49,10 @@ def test_dry_run_fits_the_budget(tool, tmp_path, capsys):
         total += tool.ESTIMATE_MIN[part.name]
         assert line.endswith("fits" if total <= 10 else "beyond the budget")
     assert not list(tmp_path.iterdir())  # a dry run writes nothing
-    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "5,t4_fp16"]) == 0
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "6,t4_fp16"]) == 0
     assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["t4_fp16", "seed2", "seed3"]
-    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "7"]) == 2
-    assert "unknown ['7']" in capsys.readouterr().err
+    assert run_main(tool, ["--out", str(tmp_path), "--dry-run", "--parts", "8"]) == 2
+    assert "unknown ['8']" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -89,24 +89,25 @@ def test_cpu_smoke_runs_every_part_and_resumes_after_a_stop(tool, root, cache, t
     _, err = child.communicate(timeout=300)
     assert child.returncode == 128 + signal.SIGTERM, err
     stopped = json.loads(status.read_text())["parts"]
-    assert [stopped[p]["status"] for p in ("gpu_check", "multi30k", "one_batch", "t4_fp16")] == [
-        "done", "done", "done", "started"]  # fmt: skip
+    assert [stopped[p]["status"] for p in ("gpu_check", "multi30k", "one_batch", "rnn", "t4_fp16")] == [
+        "done", "done", "done", "done", "started"]  # fmt: skip
     assert "seed2" not in stopped
 
     assert run_main(tool, argv) == 0  # goes on
     parts = json.loads(status.read_text())["parts"]
     assert all(part["status"] == "done" for part in parts.values()) and list(parts) == [p.name for p in tool.PARTS]
-    for name in ("gpu_check", "multi30k", "one_batch"):  # done before the stop: not run again
+    for name in ("gpu_check", "multi30k", "one_batch", "rnn"):  # done before the stop: not run again
         assert parts[name] == stopped[name]
     assert parts["t4_fp16"]["started"] >= stopped["t4_fp16"]["started"]
     assert parts["gpu_check"]["result"]["passed"] is True
     assert json.loads((out / "gpu_check.json").read_text())["passed"] is True
-    for name in ("multi30k", "t4_fp16", "seed2", "seed3"):
+    for name in ("multi30k", "rnn", "t4_fp16", "seed2", "seed3"):
         result = parts[name]["result"]
         assert result["steps"] == tool.SMOKE_STEPS and result["test2016"]["sentences"] == tool.SMOKE_SENTENCES
         assert result["val_ppl"] > 1 and 0 <= result["test2016"]["sacrebleu"] <= 100
     seeds = [json.loads((out / f"{name}.config.json").read_text())["seed"] for name in ("multi30k", "seed2", "seed3")]
     assert seeds == [0, 1, 2]
+    assert json.loads((out / "rnn" / "config.json").read_text())["name"] == "rnn-smoke"  # the RNN, at toy size
     three = parts["seed3"]["result"]["three_seeds"]
     assert three["sacrebleu"] == [parts[n]["result"]["test2016"]["sacrebleu"] for n in ("multi30k", "seed2", "seed3")]
     assert three["mean"] == pytest.approx(sum(three["sacrebleu"]) / 3)

@@ -13,15 +13,18 @@ The parts, most valuable first, with what each is estimated to take on one H100 
    17 s on an H200).
 3. ``one_batch``: part 2's weights decode all of test2016 in one batch (``--batch-size 1000``),
    timed, beside part 2's batches of 128; about 1 minute. Needs part 2.
-4. ``t4_fp16``: the ``multi30k-t4`` preset in float16 with its gradient scaler (``amp="fp16"``, as a
+4. ``rnn``: the recurrent baseline of chapter 1.4 (the ``rnn`` preset: RNNsearch at the ``multi30k``
+   model's parameter count, trained as part 2 is but without CUDA graphs), to its end, then test2016;
+   about 5 minutes (never run on a GPU before: an estimate).
+5. ``t4_fp16``: the ``multi30k-t4`` preset in float16 with its gradient scaler (``amp="fp16"``, as a
    T4 runs it), to its end, then test2016; about 6 minutes (294 s in bfloat16 on an H200, beside
    a run of the ``multi30k`` preset).
-5. ``seed2``, ``seed3``: the ``multi30k`` preset as in part 2 with seeds 1 and 2 (the preset's is
+6. ``seed2``, ``seed3``: the ``multi30k`` preset as in part 2 with seeds 1 and 2 (the preset's is
    0), to see the spread of one BLEU; about 5 minutes each. ``seed3``'s result adds the mean and
    sample standard deviation of the three seeds' sacreBLEU when parts 2 and ``seed2`` are done.
    (``tools/seeds.py`` trains seeds at once and writes their spread at the end; here each seed is
    a part of its own, so that one finished is kept when the slice ends.)
-6. ``table3``: a slice of ``tools/table3.py --base multi30k --epochs 10 --jobs 4`` (Table 3's rows,
+7. ``table3``: a slice of ``tools/table3.py --base multi30k --epochs 10 --jobs 4`` (Table 3's rows,
    three seeds, four runs at once), for whatever time is left (at least 4 minutes); each slice goes on
    with the sweep, and the part is done when the sweep is.
 
@@ -67,7 +70,7 @@ STATUS = "gpu_run.json"
 TOOLS = REPO / "tools"
 # minutes each part is estimated to take on one H100 or H200 (the module docstring says why)
 ESTIMATE_MIN = {
-    "gpu_check": 3.0, "multi30k": 5.0, "one_batch": 1.0, "t4_fp16": 6.0, "seed2": 5.0, "seed3": 5.0,
+    "gpu_check": 3.0, "multi30k": 5.0, "one_batch": 1.0, "rnn": 5.0, "t4_fp16": 6.0, "seed2": 5.0, "seed3": 5.0,
     "table3": 4.0,
 }  # fmt: skip
 TABLE3_RUN_MIN = 3.0  # the table3 slice starts no run in its last minutes: a run of 10 epochs, 4 at once
@@ -107,11 +110,11 @@ class Context:
         code, self.child = self.child.returncode, None
         return subprocess.CompletedProcess(argv, code, out, "")
 
-    def train_and_score(self, name: str, cfg: TrainConfig) -> dict:
+    def train_and_score(self, name: str, cfg: TrainConfig, smoke: str = "multi30k-smoke") -> dict:
         """Train ``cfg`` into ``out/name`` (resuming it if it was stopped) and score test2016, in one process."""
-        if self.smoke:  # the smoke preset with the part's seed, a few steps; float32, as evaluate
+        if self.smoke:  # the ``smoke`` preset with the part's seed, a few steps; float32, as evaluate
             # decodes on a CPU (it refuses float16 there; gpu_check trains with the scaler on a CPU)
-            cfg = get_preset("multi30k-smoke", seed=cfg.seed, max_steps=SMOKE_STEPS)
+            cfg = get_preset(smoke, seed=cfg.seed, max_steps=SMOKE_STEPS)
         spec = self.out / f"{name}.config.json"
         atomic_write(spec, json.dumps(cfg.to_dict(), indent=1) + "\n")
         argv = [str(TOOLS / "table3.py"), "--one", str(spec), "--out", str(self.out / name),
@@ -173,6 +176,10 @@ def part_one_batch(ctx: Context) -> dict:
         "batches_of_128_decode_s": batched["decode_s"], "batches_of_128_sacrebleu": batched["sacrebleu"],
         "wall_s": time.perf_counter() - start,
     }  # fmt: skip
+
+
+def part_rnn(ctx: Context) -> dict:
+    return ctx.train_and_score("rnn", get_preset("rnn"), smoke="rnn-smoke")
 
 
 def part_t4_fp16(ctx: Context) -> dict:
@@ -241,10 +248,11 @@ PARTS = [
     Part(1, "gpu_check", None, part_gpu_check),
     Part(2, "multi30k", None, part_multi30k),
     Part(3, "one_batch", "multi30k", part_one_batch),
-    Part(4, "t4_fp16", None, part_t4_fp16),
-    Part(5, "seed2", None, part_seed(1)),
-    Part(5, "seed3", None, part_seed(2)),
-    Part(6, "table3", None, part_table3),
+    Part(4, "rnn", None, part_rnn),
+    Part(5, "t4_fp16", None, part_t4_fp16),
+    Part(6, "seed2", None, part_seed(1)),
+    Part(6, "seed3", None, part_seed(2)),
+    Part(7, "table3", None, part_table3),
 ]
 
 
