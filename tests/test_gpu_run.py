@@ -114,3 +114,22 @@ def test_cpu_smoke_runs_every_part_and_resumes_after_a_stop(tool, root, cache, t
     assert parts["one_batch"]["result"]["sentences"] == tool.SMOKE_SENTENCES
     assert parts["table3"]["result"]["runs"] == parts["table3"]["result"]["planned"] == 2
     assert (out / "t4_fp16.log").read_text().count("$ ") == 2  # started twice
+
+    # gpu_record.py makes the run's record: each training part's translations scored again
+    record_tool = REPO / "tools" / "gpu_record.py"
+    done = subprocess.run([sys.executable, str(record_tool), str(out), "--commit", "abc1234", "--command", "x",
+                           "--data", str(root), "--out", str(tmp_path / "results")],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "results" / "gpu_run.cpu.json").read_text())
+    assert set(record["parts"]) == set(parts) and record["commit"] == "abc1234"
+    assert all(entry["at_the_same_time_as"] == [] for entry in record["parts"].values())  # one after another
+    for name in ("multi30k", "rnn", "t4_fp16", "seed2", "seed3"):
+        entry = record["parts"][name]
+        hyps = (tmp_path / "results" / entry["hypotheses"]).read_text().splitlines()
+        assert len(hyps) == tool.SMOKE_SENTENCES
+        assert entry["test2016_interval"]["sacrebleu"] == round(parts[name]["result"]["test2016"]["sacrebleu"], 2)
+        assert len(entry["val_loss_by_epoch"]) == parts[name]["result"]["epochs_done"]
+    assert record["parts"]["rnn"]["preset"] == "rnn-smoke"
+    assert record["three_seeds"]["mean"] == round(three["mean"], 2)
+    assert set(record["rnn_against_multi30k"]) == {"difference", "low", "high", "p_value"}

@@ -217,6 +217,48 @@ def test_the_recurrent_hour_is_its_preset_and_scores_its_translations(root):
     assert speed["ratio"]["min"] == min(ratios) and speed["ratio"]["max"] == max(ratios)
 
 
+def test_the_gpu_record_scores_its_translations_and_says_what_ran_at_once(root):
+    import statistics
+
+    from aiayn.bleu import bootstrap_bleu, paired_bootstrap
+    from aiayn.runs.recipes import PRESETS
+
+    gpu = json.loads((RESULTS / "gpu_run.h200.json").read_text())
+    parts, refs = gpu["parts"], english("test2016")
+    assert gpu["device_name"] == "NVIDIA H200" and gpu["measured_at"] == "2026-11-30"
+    hyps = {}
+    for name in ("multi30k", "seed2", "seed3", "rnn", "t4_fp16"):
+        entry = parts[name]
+        assert entry["preset"] == {"rnn": "rnn", "t4_fp16": "multi30k-t4"}.get(name, "multi30k")
+        assert entry["result"]["epochs_done"] == PRESETS[entry["preset"]].epochs == len(entry["val_loss_by_epoch"])
+        hyps[name] = lines_of(entry["hypotheses"])
+        scored = bootstrap_bleu(hyps[name], refs)
+        assert round(scored.score, 6) == round(entry["result"]["test2016"]["sacrebleu"], 6)
+        interval = {"sacrebleu": scored.score, "low": scored.low, "high": scored.high}
+        assert entry["test2016_interval"] == {k: round(v, 2) for k, v in interval.items()}
+    assert parts["t4_fp16"]["amp"] == "float16" and parts["multi30k"]["amp"] == "bfloat16"
+    # the timed runs ran alone; the RNN and two seeds shared the GPU, so their times are not times alone
+    assert parts["multi30k"]["at_the_same_time_as"] == parts["t4_fp16"]["at_the_same_time_as"] == []
+    assert parts["rnn"]["at_the_same_time_as"] == ["gpu_check", "seed2", "seed3"]
+    assert parts["gpu_check"]["result"]["passed"] is True
+    one = parts["one_batch"]["result"]
+    assert one["sentences"] == 1000 and one["sacrebleu"] == parts["multi30k"]["result"]["test2016"]["sacrebleu"]
+    seeds = [parts[n]["result"]["test2016"]["sacrebleu"] for n in ("multi30k", "seed2", "seed3")]
+    assert gpu["three_seeds"]["mean"] == round(statistics.fmean(seeds), 2)
+    assert gpu["three_seeds"]["sample_stdev"] == round(statistics.stdev(seeds), 2)
+    paired = paired_bootstrap(hyps["multi30k"], hyps["rnn"], refs)
+    assert gpu["rnn_against_multi30k"] == {
+        "difference": round(paired.difference, 2), "low": round(paired.low, 2),
+        "high": round(paired.high, 2), "p_value": round(paired.p_value, 4),
+    }  # fmt: skip
+    parameters = {n: parts[n]["result"]["parameters_trained"] for n in ("multi30k", "rnn")}
+    assert abs(parameters["rnn"] / parameters["multi30k"] - 1) < 0.01
+    cost = gpu["step_cost"]
+    assert [r["preset"] for r in cost["rows"]] == ["multi30k", "rnn"] * 2
+    for pair, ratio in zip(cost["seconds_a_step"], cost["ratio"], strict=True):
+        assert abs(pair["rnn"] / pair["multi30k"] - ratio) < 0.005
+
+
 SWEEP = json.loads((RESULTS / "length_penalty.json").read_text())
 
 
