@@ -3,14 +3,14 @@
     python tools/gpu_record.py RUN_OUT [RUN_OUT ...] --commit ABC1234 --command "..." [--command "..."] \
         [--steps steps.json] --out src/aiayn/results
 
-Each ``RUN_OUT`` is a folder that ``gpu_run.py --out`` wrote (several when parts ran in processes of their
-own, some at the same time). The record, ``gpu_run.<gpu>.json`` (``nvidia h200`` gives ``h200``), holds
-for each part done its result as ``gpu_run.json`` has it and, for a training part, its run folder's
-validation loss after every epoch, its summary (precision, speed, peak memory) and test2016's 95 %
-bootstrap interval; which other parts ran at the same time (from their start and wall times: a time
-taken beside others is not a time alone); the three seeds' mean and spread when ``multi30k``, ``seed2``
-and ``seed3`` are done; and the recurrent baseline against the Transformer of the same recipe by a paired
-bootstrap. Each training part's translations are copied beside it as
+Each ``RUN_OUT`` is a folder that ``gpu_run.py --out`` wrote (several when parts ran in processes of
+their own, some at the same time). The record, ``gpu_run.<gpu>.json`` (``nvidia h200`` gives ``h200``),
+holds for each part done its result as ``gpu_run.json`` has it and, for a training part, its run folder's
+validation loss after every epoch, its summary (precision, speed, peak memory, the train command's wall
+time) and test2016's 95 % bootstrap interval; which other parts ran at the same time (from their start
+and wall times: a time taken beside others is not a time alone); the three seeds' mean and spread when
+``multi30k``, ``seed2`` and ``seed3`` are done; and the recurrent baseline against the Transformer of the
+same recipe by a paired bootstrap. Each training part's translations are copied beside it as
 ``gpu_run.<gpu>.<part>.test2016.hyp.en``. ``--steps`` adds a JSON list of ``{"preset", "steps",
 "train_s"}`` rows, the presets timed taking turns, each pair of rows a round.
 """
@@ -111,6 +111,7 @@ def record(folders: list[Path], out: Path, commit: str, commands: list[str], ste
             entry.update({
                 "preset": json.loads((run / "config.json").read_text(encoding="utf-8"))["name"],
                 "amp": summary["amp"], "tokens_per_s": round(summary["tokens_per_s"]),
+                "train_command_wall_s": round(summary["wall_s"], 1),  # training alone, without scoring
                 "peak_memory_mib": summary["peak_memory_mib"] and round(summary["peak_memory_mib"]),  # None on a CPU
                 "val_loss_by_epoch": val_losses(run),
                 "test2016_interval": {"sacrebleu": round(scored.score, 2), "low": round(scored.low, 2),
