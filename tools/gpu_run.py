@@ -4,29 +4,34 @@
     python tools/gpu_run.py --out gpu_run --dry-run --budget-minutes 15   # the plan, what would fit
     python tools/gpu_run.py --out /tmp/smoke --cpu-smoke          # every part at toy size, on the CPU
 
-The parts, most valuable first, with what each is estimated to take on one H100 or H200 (``ESTIMATE_MIN``):
+The parts, most valuable first, with what each is estimated to take on one H100 or H200 (``ESTIMATE_MIN``,
+from the H200 run of 2026-11-30 in ``aiayn/results/gpu_run.h200.json``, start-up included):
 
-1. ``gpu_check``: ``tools/gpu_check.py`` (the training loop's promises, timed phases); about 3 minutes
-   (80 s on an H200 in ``aiayn/results/gpu_check.h200.json``, plus start-up).
+1. ``gpu_check``: ``tools/gpu_check.py`` (the training loop's promises, timed phases); about 2 minutes
+   (80 s alone on an H200 in ``aiayn/results/gpu_check.h200.json``; 231 s beside three runs).
 2. ``multi30k``: the ``multi30k`` preset trained to its end with ``--cuda-graphs``, timed, then
-   test2016 scored (beam 4, the last 5 epochs averaged); about 5 minutes (4 of its 40 epochs took
-   17 s on an H200).
+   test2016 scored (beam 4, the last 5 epochs averaged); about 1.5 minutes (85 s on an H200).
 3. ``one_batch``: part 2's weights decode all of test2016 in one batch (``--batch-size 1000``),
-   timed, beside part 2's batches of 128; about 1 minute. Needs part 2.
+   timed, beside part 2's batches of 128; about half a minute (12 s). Needs part 2.
 4. ``rnn``: the recurrent baseline of chapter 1.4 (the ``rnn`` preset: RNNsearch at the ``multi30k``
    model's parameter count, trained as part 2 is but without CUDA graphs), to its end, then test2016;
-   about 5 minutes (never run on a GPU before: an estimate).
+   about 5 minutes (298 s on an H200 beside three other runs; not timed alone).
 5. ``t4_fp16``: the ``multi30k-t4`` preset in float16 with its gradient scaler (``amp="fp16"``, as a
-   T4 runs it), to its end, then test2016; about 6 minutes (294 s in bfloat16 on an H200, beside
-   a run of the ``multi30k`` preset).
+   T4 runs it), to its end, then test2016; about 3.5 minutes (194 s on an H200).
 6. ``seed2``, ``seed3``: the ``multi30k`` preset as in part 2 with seeds 1 and 2 (the preset's is
-   0), to see the spread of one BLEU; about 5 minutes each. ``seed3``'s result adds the mean and
-   sample standard deviation of the three seeds' sacreBLEU when parts 2 and ``seed2`` are done.
-   (``tools/seeds.py`` trains seeds at once and writes their spread at the end; here each seed is
-   a part of its own, so that one finished is kept when the slice ends.)
+   0), to see the spread of one BLEU; about 1.5 minutes each (150 s each on an H200, two at once
+   beside two more runs). ``seed3``'s result adds the mean and sample standard deviation of the three
+   seeds' sacreBLEU when parts 2 and ``seed2`` are done. (``tools/seeds.py`` trains seeds at once and
+   writes their spread at the end; here each seed is a part of its own, so that one finished is kept
+   when the slice ends.)
 7. ``table3``: a slice of ``tools/table3.py --base multi30k --epochs 10 --jobs 4`` (Table 3's rows,
    three seeds, four runs at once), for whatever time is left (at least 4 minutes); each slice goes on
    with the sweep, and the part is done when the sweep is.
+
+Parts 1 to 6 have been run (``aiayn/results/gpu_run.h200.json``, written from their folders by
+``tools/gpu_record.py``); a machine starts bare, so the next one goes on with ``--parts table3``
+(after ``gpu_check``, which each new machine should pass first). Parts that share the GPU run in
+processes of their own, each with its own ``--out``: the record says which ran at the same time.
 
 Each part writes into ``--out`` (default ``$OUT`` when set) the moment it has its result: its run
 folders, its log (``<part>.log``) and its entry in ``gpu_run.json`` (``"format":
@@ -68,9 +73,9 @@ from aiayn.runs.presets import TrainConfig, get_preset  # noqa: E402
 FORMAT = "aiayn-gpu-run/1"
 STATUS = "gpu_run.json"
 TOOLS = REPO / "tools"
-# minutes each part is estimated to take on one H100 or H200 (the module docstring says why)
+# minutes each part is estimated to take on one H100 or H200 (measured on an H200: the module docstring)
 ESTIMATE_MIN = {
-    "gpu_check": 3.0, "multi30k": 5.0, "one_batch": 1.0, "rnn": 5.0, "t4_fp16": 6.0, "seed2": 5.0, "seed3": 5.0,
+    "gpu_check": 2.0, "multi30k": 1.5, "one_batch": 0.5, "rnn": 5.0, "t4_fp16": 3.5, "seed2": 1.5, "seed3": 1.5,
     "table3": 4.0,
 }  # fmt: skip
 TABLE3_RUN_MIN = 3.0  # the table3 slice starts no run in its last minutes: a run of 10 epochs, 4 at once
@@ -304,7 +309,7 @@ def run_parts(args: argparse.Namespace, log=print) -> dict:
             total += ESTIMATE_MIN[part.name]
             fits = "" if args.budget_minutes is None else (
                 "  fits" if total <= args.budget_minutes else "  beyond the budget")  # fmt: skip
-            log(f"{part.number}. {part.name:<10} about {ESTIMATE_MIN[part.name]:.0f} min (total {total:.0f}){fits}")
+            log(f"{part.number}. {part.name:<10} about {ESTIMATE_MIN[part.name]:g} min (total {total:g}){fits}")
         return {}
     if not args.cpu_smoke:
         import torch
@@ -341,7 +346,7 @@ def run_parts(args: argparse.Namespace, log=print) -> dict:
                 continue
             left = left_min()
             if left is not None and ESTIMATE_MIN[part.name] > left:
-                log(f"{part.name}: skipped, about {ESTIMATE_MIN[part.name]:.0f} min and {left:.1f} left")
+                log(f"{part.name}: skipped, about {ESTIMATE_MIN[part.name]:g} min and {left:.1f} left")
                 continue
             again = f" (again: it was {state})" if state else ""
             log(f"{part.name}: starting{again}")
