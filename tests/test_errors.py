@@ -106,6 +106,42 @@ def test_the_length_penalty_type_names_the_range_and_why(value, capsys):
     )
 
 
+# A command whose Ctrl-C landed in code run by exec() of a string, as dataclasses and PyTorch run while
+# they import or trace: CPython then ended the process by SIGINT, whatever status the command gave.
+_CTRL_C_IN_EXEC = """
+import sys
+from aiayn import cli
+
+class Interrupted(Exception):
+    pass
+
+def body(args):
+    try:
+        exec("raise KeyboardInterrupt")
+    except KeyboardInterrupt:
+        if sys.argv[1] == "reported":
+            raise Interrupted("error: interrupted (Ctrl-C); nothing was written") from None
+        raise
+
+cli.run(cli.parser("prog", "a test"), [], body, interrupted=(Interrupted,))
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [("bare", "error: interrupted (Ctrl-C)\n"), ("reported", "error: interrupted (Ctrl-C); nothing was written\n")],
+)
+def test_a_ctrl_c_that_passed_through_exec_of_a_string_still_exits_with_130(how, said, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "ctrl_c_in_exec.py").write_text(_CTRL_C_IN_EXEC)  # run with -m, as the commands are
+    src = str(Path(cli.__file__).parents[1])
+    p = subprocess.run([sys.executable, "-m", "ctrl_c_in_exec", how], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert (p.returncode, p.stdout, p.stderr) == (130, "", said)
+
+
 @pytest.mark.parametrize("value", ["0", "0.6", "13"])
 def test_the_length_penalty_type_accepts_alphas_in_range(value):
     assert _alpha_parser().parse_args(["--length-penalty", value]).length_penalty == float(value)

@@ -50,6 +50,18 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _exit_ctrl_c() -> SystemExit:
+    """Status 130 for a Ctrl-C the command has reported, as its docstring promises.
+
+    CPython marks the process to die by SIGINT once a ``KeyboardInterrupt`` leaves an ``exec`` or
+    ``eval`` of a string, even if the program catches it later (``dataclasses`` and PyTorch run such
+    code while they import or trace); its status is then lost. A successful ``exec`` of a string
+    clears that mark.
+    """
+    exec("")
+    return SystemExit(130)
+
+
 def run(
     p: argparse.ArgumentParser,
     argv: Sequence[str] | None,
@@ -74,12 +86,12 @@ def run(
         raise
     except interrupted as err:
         print(_one_line(str(err)), file=sys.stderr)
-        raise SystemExit(130) from None
+        raise _exit_ctrl_c() from None
     except KeyboardInterrupt:
         if debug:
             raise
         print("error: interrupted (Ctrl-C)", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise _exit_ctrl_c() from None
     except (
         DiskFull
     ) as err:  # the message names the file and says how to go on
