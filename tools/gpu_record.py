@@ -9,10 +9,18 @@ holds for each part done its result as ``gpu_run.json`` has it and, for a traini
 validation loss after every epoch, its summary (precision, speed, peak memory, the train command's wall
 time) and test2016's 95 % bootstrap interval; which other parts ran at the same time (from their start
 and wall times: a time taken beside others is not a time alone); the three seeds' mean and spread when
-``multi30k``, ``seed2`` and ``seed3`` are done; and the recurrent baseline against the Transformer of the
+``multi30k``, ``seed2`` and ``seed3`` are done (``three_seeds``), and when ``rnn``, ``rnn_seed2`` and
+``rnn_seed3`` are (``rnn_three_seeds``); and the recurrent baseline against the Transformer of the
 same recipe by a paired bootstrap. Each training part's translations are copied beside it as
 ``gpu_run.<gpu>.<part>.test2016.hyp.en``. ``--steps`` adds a JSON list of ``{"preset", "steps",
 "train_s"}`` rows, the presets timed taking turns, each pair of rows a round.
+
+A machine is lent for 15 minutes, so the parts of one record may come from several. ``--add-to
+RECORD`` adds the parts of ``RUN_OUT`` to an earlier record of the same GPU, in place: its parts
+stay as they are (a part in both is refused), the new ones are listed under ``later`` with their own
+commit, commands and date, and the seeds and the paired bootstrap are computed again over all the
+parts, the earlier ones' translations read from the files beside the record. Which parts ran at
+the same time is worked out within one machine's parts only.
 """
 
 from __future__ import annotations
@@ -33,8 +41,9 @@ from aiayn.data import data_dir, load_multi30k  # noqa: E402
 from aiayn.files import atomic_write  # noqa: E402
 
 FORMAT = "aiayn-gpu-record/1"
-TRAINED = ("multi30k", "seed2", "seed3", "rnn", "t4_fp16")  # the parts that train a run folder of their name
-SEEDS = ("multi30k", "seed2", "seed3")
+# the parts that train a run folder of their name
+TRAINED = ("multi30k", "seed2", "seed3", "rnn", "t4_fp16", "rnn_seed2", "rnn_seed3")
+SEEDS = {"three_seeds": ("multi30k", "seed2", "seed3"), "rnn_three_seeds": ("rnn", "rnn_seed2", "rnn_seed3")}
 
 
 def gpu_name(device_name: str) -> str:
@@ -91,13 +100,36 @@ def translations(run: Path, sentences: int) -> list[str]:
     return (run / entry["hypotheses_file"]).read_text(encoding="utf-8").splitlines()
 
 
+def _earlier(add_to: Path | None, parts: dict, device_name: str) -> tuple[dict | None, dict[str, list[str]]]:
+    """The record ``--add-to`` names and its parts' translations, checked against the new parts."""
+    if add_to is None:
+        return None, {}
+    earlier = json.loads(add_to.read_text(encoding="utf-8"))
+    if earlier.get("format") != FORMAT:
+        raise cli.UsageError(f"--add-to {add_to}: expected a record of gpu_record.py ({FORMAT})")
+    if earlier["device_name"] != device_name:
+        raise cli.UsageError(f"--add-to {add_to} is of {earlier['device_name']}, these parts ran on {device_name}: "
+                             "one record a GPU")  # fmt: skip
+    both = sorted(set(parts) & set(earlier["parts"]))
+    if both:
+        raise cli.UsageError(f"--add-to {add_to} has {', '.join(both)} already: give folders without them")
+    hyps = {name: (add_to.parent / entry["hypotheses"]).read_text(encoding="utf-8").splitlines()
+            for name, entry in earlier["parts"].items() if "hypotheses" in entry}  # fmt: skip
+    return earlier, hyps
+
+
 def record(folders: list[Path], out: Path, commit: str, commands: list[str], steps: Path | None,
-           root: str | None) -> Path:  # fmt: skip
+           root: str | None, add_to: Path | None = None) -> Path:  # fmt: skip
     parts, where = read_parts(folders)
     refs = [en for _, en in load_multi30k("test2016", data_dir(root), download=False)]
-    device_name = next(p["result"]["device_name"] for n, p in parts.items() if n in TRAINED)
+    named = [p["result"] for p in parts.values() if p["result"].get("device_name")]
+    if not named:
+        raise cli.UsageError(f"none of the parts done ({', '.join(parts)}) names its GPU: record them with "
+                             "a part that does (a training part, turns, or gpu_check since it says it)")  # fmt: skip
+    device_name = named[0]["device_name"]
     gpu = gpu_name(device_name)
-    hyps, entries, beside = {}, {}, at_once(parts)
+    earlier, hyps = _earlier(add_to, parts, device_name)
+    entries, beside = {}, at_once(parts)
     for name, part in parts.items():
         entry = {"result": part["result"], "started": part["started"], "wall_s": round(part["wall_s"], 1),
                  "at_the_same_time_as": beside[name]}  # fmt: skip
@@ -119,14 +151,22 @@ def record(folders: list[Path], out: Path, commit: str, commands: list[str], ste
                 "hypotheses": f"gpu_run.{gpu}.{name}.test2016.hyp.en",
             })  # fmt: skip
         entries[name] = entry
-    report = {"format": FORMAT, "device_name": device_name, "torch": entries[next(iter(hyps))]["result"]["torch"],
-              "commit": commit, "measured_at": min(p["started"] for p in parts.values())[:10], "commands": commands,
-              "parts": entries}  # fmt: skip
-    if all(name in parts for name in SEEDS):
-        bleu = [parts[name]["result"]["test2016"]["sacrebleu"] for name in SEEDS]
-        report["three_seeds"] = {"parts": list(SEEDS), "sacrebleu": [round(b, 2) for b in bleu],
-                                 "mean": round(statistics.fmean(bleu), 2),
-                                 "sample_stdev": round(statistics.stdev(bleu), 2)}  # fmt: skip
+    torch_version = named[0]["torch"]
+    measured_at = min(p["started"] for p in parts.values())[:10]
+    if earlier is None:
+        report = {"format": FORMAT, "device_name": device_name, "torch": torch_version, "commit": commit,
+                  "measured_at": measured_at, "commands": commands, "parts": entries}  # fmt: skip
+    else:  # the first machine's commit, commands and date stay at the top; each later one's under "later"
+        report = {**earlier, "parts": {**earlier["parts"], **entries}}
+        report["later"] = [*earlier.get("later", []), {"parts": list(entries), "torch": torch_version,
+                           "commit": commit, "measured_at": measured_at, "commands": commands}]  # fmt: skip
+    every = report["parts"]
+    for key, names in SEEDS.items():
+        if all(name in every for name in names):
+            bleu = [every[name]["result"]["test2016"]["sacrebleu"] for name in names]
+            report[key] = {"parts": list(names), "sacrebleu": [round(b, 2) for b in bleu],
+                           "mean": round(statistics.fmean(bleu), 2),
+                           "sample_stdev": round(statistics.stdev(bleu), 2)}  # fmt: skip
     if "rnn" in hyps and "multi30k" in hyps:
         paired = paired_bootstrap(hyps["multi30k"], hyps["rnn"], refs[: len(hyps["rnn"])])
         report["rnn_against_multi30k"] = {
@@ -139,8 +179,10 @@ def record(folders: list[Path], out: Path, commit: str, commands: list[str], ste
                            strict=True)) for a, b in zip(rows[::2], rows[1::2], strict=True)]  # fmt: skip
         report["step_cost"] = {"rows": rows, "seconds_a_step": [{k: round(v, 5) for k, v in r.items()} for r in rounds],
                                "ratio": [round(r["rnn"] / r["multi30k"], 3) for r in rounds]}  # fmt: skip
+    if add_to is not None:
+        out = add_to.parent
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"gpu_run.{gpu}.json"
+    path = add_to or out / f"gpu_run.{gpu}.json"
     atomic_write(path, json.dumps(report, indent=1) + "\n")
     for name, lines in hyps.items():
         atomic_write(out / f"gpu_run.{gpu}.{name}.test2016.hyp.en", "".join(line + "\n" for line in lines))
@@ -154,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit", required=True, help="the commit the parts ran at")
     p.add_argument("--command", required=True, action="append", help="a command that ran them, as run (each one)")
     p.add_argument("--steps", type=Path, default=None, help="rows of presets timed taking turns")
+    p.add_argument("--add-to", type=Path, default=None,
+                   help="an earlier record of the same GPU to add these parts to (rewritten in place)")
     p.add_argument("--data", default=None, help="the Multi30k folder (default $AIAYN_DATA)")
 
     def body(args: argparse.Namespace) -> int:
-        print(record(args.folders, args.out, args.commit, args.command, args.steps, args.data))
+        print(record(args.folders, args.out, args.commit, args.command, args.steps, args.data, args.add_to))
         return 0
 
     return cli.run(p, argv, body)

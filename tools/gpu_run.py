@@ -24,14 +24,26 @@ from the H200 run of 2026-11-30 in ``aiayn/results/gpu_run.h200.json``, start-up
    seeds' sacreBLEU when parts 2 and ``seed2`` are done. (``tools/seeds.py`` trains seeds at once and
    writes their spread at the end; here each seed is a part of its own, so that one finished is kept
    when the slice ends.)
-7. ``table3``: a slice of ``tools/table3.py --base multi30k --epochs 10 --jobs 4`` (Table 3's rows,
+7. ``turns``: the cost of a training step, timed taking turns in one process: the ``multi30k``
+   preset as it trains by default (``plain``), with the CUDA graphs' padding but no graphs
+   (``padded``), with ``--cuda-graphs`` (``graphs``), and the ``rnn`` preset's step (``rnn``), each
+   for 234 steps (two epochs of ``multi30k``), three rounds of the four in the same order. Each turn's
+   figure is the median step of its second epoch (the first holds the warm-up and each shape's graph
+   capture); the result holds every turn and, per round, ``plain`` over ``graphs`` (what
+   ``--cuda-graphs`` gains), ``padded`` over ``plain`` (what its padding costs) and ``rnn`` over
+   ``plain``. It must run alone on the GPU: what decides the ``--cuda-graphs`` default. About 4 minutes.
+8. ``rnn_seed2``, ``rnn_seed3``: part 4 with seeds 1 and 2, as part 6 is for ``multi30k``;
+   ``rnn_seed3``'s result adds the three seeds' mean and spread when parts 4 and ``rnn_seed2`` are
+   done in the same ``--out``. About 5 minutes each.
+9. ``table3``: a slice of ``tools/table3.py --base multi30k --epochs 10 --jobs 4`` (Table 3's rows,
    three seeds, four runs at once), for whatever time is left (at least 4 minutes); each slice goes on
    with the sweep, and the part is done when the sweep is.
 
 Parts 1 to 6 have been run (``aiayn/results/gpu_run.h200.json``, written from their folders by
-``tools/gpu_record.py``); a machine starts bare, so the next one goes on with ``--parts table3``
-(after ``gpu_check``, which each new machine should pass first). Parts that share the GPU run in
-processes of their own, each with its own ``--out``: the record says which ran at the same time.
+``tools/gpu_record.py``); a machine starts bare, so the next one runs ``--parts gpu_check,turns``
+alone on the GPU, then ``rnn_seed2``, ``rnn_seed3`` and ``table3`` in processes of their own, each
+with its own ``--out`` (``gpu_record.py --add-to`` adds them to the record). The record says which
+parts ran at the same time.
 
 Each part writes into ``--out`` (default ``$OUT`` when set) the moment it has its result: its run
 folders, its log (``<part>.log``) and its entry in ``gpu_run.json`` (``"format":
@@ -76,11 +88,14 @@ TOOLS = REPO / "tools"
 # minutes each part is estimated to take on one H100 or H200 (measured on an H200: the module docstring)
 ESTIMATE_MIN = {
     "gpu_check": 2.0, "multi30k": 1.5, "one_batch": 0.5, "rnn": 5.0, "t4_fp16": 3.5, "seed2": 1.5, "seed3": 1.5,
-    "table3": 4.0,
+    "turns": 4.0, "rnn_seed2": 5.0, "rnn_seed3": 5.0, "table3": 4.0,
 }  # fmt: skip
 TABLE3_RUN_MIN = 3.0  # the table3 slice starts no run in its last minutes: a run of 10 epochs, 4 at once
 SMOKE_STEPS = 3  # --cpu-smoke: training steps of each run
 SMOKE_SENTENCES = 8  # --cpu-smoke: test2016 sentences scored
+TURN_STEPS = 234  # a turn of part 7: two epochs of multi30k (117 steps each)
+TURN_SKIP = 117  # not counted: the first epoch (warm-up, autotuning, each padded shape's graph capture)
+TURN_ROUNDS = 3  # --cpu-smoke: 2, of SMOKE_STEPS steps each, the first not counted
 
 
 @dataclass(frozen=True)
@@ -156,7 +171,8 @@ def part_gpu_check(ctx: Context) -> dict:
     if done.returncode not in (0, 1) or not report.is_file():  # 1: a promise failed, which is a result
         raise PartFailed(f"gpu_check.py stopped with exit status {done.returncode}; see its log")
     checked = json.loads(report.read_text(encoding="utf-8"))
-    return {"passed": checked.get("passed"), "report": report.name, "wall_s": time.perf_counter() - start}
+    return {"passed": checked.get("passed"), "report": report.name, "device_name": checked.get("device_name"),
+            "torch": checked.get("torch"), "wall_s": time.perf_counter() - start}  # fmt: skip
 
 
 def part_multi30k(ctx: Context) -> dict:
@@ -191,12 +207,17 @@ def part_t4_fp16(ctx: Context) -> dict:
     return ctx.train_and_score("t4_fp16", get_preset("multi30k-t4", amp="fp16"))
 
 
-def part_seed(seed: int) -> Callable[[Context], dict]:
-    """The ``multi30k`` run of part 2 with another seed; the last one adds the mean and spread of all three."""
+def part_seed(seed: int, family: str = "multi30k") -> Callable[[Context], dict]:
+    """Part 2's run (or part 4's: ``family="rnn"``) with another seed; the last one adds the mean and
+    spread of all three."""
+    prefix = "" if family == "multi30k" else f"{family}_"
 
     def run(ctx: Context) -> dict:
-        result = ctx.train_and_score(f"seed{seed + 1}", _multi30k(seed))
-        earlier = [ctx.status.part(name).get("result") for name in ("multi30k", "seed2")]
+        if family == "multi30k":
+            result = ctx.train_and_score(f"seed{seed + 1}", _multi30k(seed))
+        else:
+            result = ctx.train_and_score(f"{prefix}seed{seed + 1}", get_preset(family, seed=seed), smoke="rnn-smoke")
+        earlier = [ctx.status.part(name).get("result") for name in (family, f"{prefix}seed2")]
         if seed == 2 and all(earlier):
             bleu = [r["test2016"]["sacrebleu"] for r in (*earlier, result)]
             result["three_seeds"] = {"sacrebleu": bleu, "mean": statistics.fmean(bleu),
@@ -204,6 +225,82 @@ def part_seed(seed: int) -> Callable[[Context], dict]:
         return result
 
     return run
+
+
+def contenders(smoke: bool) -> dict[str, TrainConfig]:
+    """Part 7's contenders, in the order of their turns (CUDA graphs need CUDA: none in the smoke run)."""
+    from aiayn.train import with_cuda_graphs
+
+    base, rnn = ("multi30k-smoke", "rnn-smoke") if smoke else ("multi30k", "rnn")
+    steps = SMOKE_STEPS if smoke else TURN_STEPS
+    plain = get_preset(base, max_steps=steps)
+    graphs = with_cuda_graphs(plain)
+    both = {"plain": plain, "padded": graphs.with_changes(cuda_graphs=False)}
+    if not smoke:
+        both["graphs"] = graphs
+    return {**both, "rnn": get_preset(rnn, max_steps=steps)}
+
+
+def part_turns(ctx: Context) -> dict:
+    """The contenders' steps timed taking turns, in a process of its own (``--turns``)."""
+    import shutil
+
+    work = ctx.out / "turns"
+    shutil.rmtree(work, ignore_errors=True)  # a stopped part takes all its turns again
+    argv = [__file__, "--turns", "--out", str(work), "--device", ctx.device, *ctx.data_args()]
+    done = ctx.command(argv + (["--smoke"] if ctx.smoke else []))
+    if done.returncode != 0:
+        raise PartFailed(f"the turns stopped with exit status {done.returncode}; see its log")
+    report = json.loads((work / "turns.json").read_text(encoding="utf-8"))
+    return {**report, "ratios": turn_ratios(report["rows"])}
+
+
+def turn_ratios(rows: list[dict]) -> dict[str, list[float]]:
+    """Per round: ``plain`` over ``graphs``, ``padded`` over ``plain`` and ``rnn`` over ``plain`` (median steps)."""
+    rounds: dict[int, dict[str, float]] = {}
+    for row in rows:
+        rounds.setdefault(row["round"], {})[row["contender"]] = row["median_step_ms"]
+    pairs = {"graphs_gain": ("plain", "graphs"), "padding_cost": ("padded", "plain"),
+             "rnn_over_plain": ("rnn", "plain")}  # fmt: skip
+    return {name: [round(r[a] / r[b], 3) for r in rounds.values() if a in r and b in r]
+            for name, (a, b) in pairs.items() if any(a in r and b in r for r in rounds.values())}  # fmt: skip
+
+
+def _turns(argv: list[str]) -> int:
+    """Part 7's process: each round, each contender trained for its steps; ``turns.json`` after each turn."""
+    import shutil
+
+    from aiayn.runs.recipes import train
+
+    p = argparse.ArgumentParser(prog="gpu_run.py --turns")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", required=True)
+    p.add_argument("--data", default=None)
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args(argv)
+    rounds, skip = (2, 1) if args.smoke else (TURN_ROUNDS, TURN_SKIP)
+    report: dict = {"rounds": rounds, "steps_not_counted": skip, "rows": []}
+    for number in range(1, rounds + 1):
+        for name, cfg in contenders(args.smoke).items():
+            seconds: list[float] = []
+
+            def hook(state, seconds=seconds) -> None:
+                if state.event == "step":
+                    seconds.append(state.seconds)
+
+            folder = args.out / f"round{number}-{name}"
+            summary = train(cfg, folder, root=args.data, device=args.device, progress=False, hook=hook)
+            counted = seconds[skip:]
+            report.update(device_name=summary.device_name, torch=summary.torch)
+            report["rows"].append({
+                "round": number, "contender": name, "preset": summary.preset, "cuda_graphs": cfg.cuda_graphs,
+                "pad_to": cfg.pad_to, "steps": summary.steps, "train_s": round(summary.train_s, 3),
+                "counted_steps": len(counted), "median_step_ms": round(1000 * statistics.median(counted), 3),
+                "mean_step_ms": round(1000 * statistics.fmean(counted), 3),
+            })  # fmt: skip
+            atomic_write(args.out / "turns.json", json.dumps(report, indent=1) + "\n")
+            shutil.rmtree(folder)  # its checkpoints: only the times are kept
+    return 0
 
 
 def part_table3(ctx: Context) -> dict:
@@ -257,7 +354,10 @@ PARTS = [
     Part(5, "t4_fp16", None, part_t4_fp16),
     Part(6, "seed2", None, part_seed(1)),
     Part(6, "seed3", None, part_seed(2)),
-    Part(7, "table3", None, part_table3),
+    Part(7, "turns", None, part_turns),
+    Part(8, "rnn_seed2", None, part_seed(1, "rnn")),
+    Part(8, "rnn_seed3", None, part_seed(2, "rnn")),
+    Part(9, "table3", None, part_table3),
 ]
 
 
@@ -415,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--toy-gpu-check"]:
         return _toy_gpu_check(argv[1:])
+    if argv[:1] == ["--turns"]:
+        return _turns(argv[1:])
     return cli.run(_parser(), argv, _main)
 
 
