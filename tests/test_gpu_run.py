@@ -57,6 +57,24 @@ def test_dry_run_fits_the_budget(tool, tmp_path, capsys):
     assert "unknown ['10']" in capsys.readouterr().err
 
 
+def test_the_turns_on_a_gpu_differ_only_in_what_they_time(tool):
+    """Part 7's contenders on a GPU: the preset as it trains, with the graphs' padding, with the graphs; the RNN."""
+    from aiayn.runs.presets import get_preset
+    from aiayn.train import GRAPHED_PAD_ROWS, GRAPHED_PAD_TO
+
+    turns = tool.contenders(smoke=False)
+    assert list(turns) == ["plain", "padded", "graphs", "rnn"]
+    assert all(cfg.max_steps == tool.TURN_STEPS for cfg in turns.values())
+    plain = get_preset("multi30k", max_steps=tool.TURN_STEPS)
+    assert turns["plain"] == plain and turns["rnn"] == get_preset("rnn", max_steps=tool.TURN_STEPS)
+    padding = {"pad_to": GRAPHED_PAD_TO, "pad_rows": GRAPHED_PAD_ROWS}
+    assert turns["padded"] == plain.with_changes(**padding)
+    assert turns["graphs"] == plain.with_changes(cuda_graphs=True, **padding)
+    # a turn is two epochs of multi30k, the first not counted: its epoch as the H200 run counted it
+    run = json.loads((REPO / "src/aiayn/results/gpu_run.h200.json").read_text())["parts"]["multi30k"]["result"]
+    assert run["steps"] == 40 * tool.TURN_SKIP and run["epochs_done"] == 40 and tool.TURN_STEPS == 2 * tool.TURN_SKIP
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_refuses_without_cuda(tool, tmp_path, capsys):
     assert run_main(tool, ["--out", str(tmp_path / "out")]) == 2
